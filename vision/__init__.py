@@ -1,0 +1,1 @@
+"""vision: image classification by transfer learning over any timm backbone."""

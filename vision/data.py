@@ -1,0 +1,255 @@
+"""Image classification data: scikit-learn's digits (offline default), CIFAR-10/100 (torchvision download) and
+ImageFolder (a user's train/ val/ [test/] folders). One DataModule, picked by `dataset=`.
+
+Normalisation and input size follow the backbone's pretrained config (`norm_config`), so weights see the
+inputs they were trained on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torchvision.transforms import v2
+
+from zoo.errors import ZooError
+
+DATASETS = ("digits", "cifar10", "cifar100", "imagefolder")
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def auto_workers(value: int | str) -> int:
+    if value != "auto":
+        return int(value)
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+def channel_stats(stats: list[float], channels: int) -> list[float]:
+    """ImageNet's RGB mean/std for a grey input: their average (timm averages conv1 the same way)."""
+    return [sum(stats) / len(stats)] if channels == 1 else list(stats)[:channels]
+
+
+class TransformDataset(Dataset):
+    """Applies a transform to (image, label) pairs of another dataset."""
+
+    def __init__(self, base: Dataset, transform: Any) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.base[i]
+        return self.transform(x), int(y)
+
+
+class ImageDataModule(pl.LightningDataModule):
+    def __init__(self, dataset: str = "digits", root: str = "~/.cache/zoo/data", arch: str = "resnet18",
+                 image_size: int | None = None, channels: int | None = None, batch_size: int = 64,
+                 num_workers: int | str = "auto", augment: bool = True, download: bool = True,
+                 val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42) -> None:
+        super().__init__()
+        if dataset not in DATASETS:
+            raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
+        from vision.models import norm_config
+
+        self.dataset, self.root = dataset, Path(root).expanduser()
+        self.batch_size, self.augment, self.download, self.seed = batch_size, augment, download, seed
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.channels = channels or (1 if dataset == "digits" else 3)
+        norm = norm_config(arch)
+        self.image_size = int(image_size or norm["input_size"])
+        self.mean, self.std = channel_stats(norm["mean"], self.channels), channel_stats(norm["std"], self.channels)
+        self.num_workers = 0 if dataset == "digits" else auto_workers(num_workers)  # in-memory: workers only cost
+        self.class_names = self._class_names()
+        self.train_set = self.val_set = self.test_set = None
+
+    # ------------------------------------------------------------------ what the model needs to know
+    def model_kwargs(self) -> dict:
+        return {"num_classes": len(self.class_names), "class_names": self.class_names, "in_chans": self.channels,
+                "image_size": self.image_size, "mean": self.mean, "std": self.std}
+
+    def check_model(self, model: Any) -> None:
+        known = list(model.hparams.get("class_names") or [])
+        if known != self.class_names:
+            raise ZooError(f"the checkpoint's classes ({_short(known)}) differ from the data's "
+                           f"({_short(self.class_names)}); evaluate on data with the same classes")
+
+    def _class_names(self) -> list[str]:
+        if self.dataset == "digits":
+            return [str(i) for i in range(10)]
+        if self.dataset == "cifar10":
+            return CIFAR10_CLASSES
+        if self.dataset == "cifar100":
+            return _cifar100_classes()
+        return _folder_classes(self.root / "train", self.root)
+
+    # ------------------------------------------------------------------ transforms
+    def _normalize(self) -> list:
+        return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
+
+    def train_transform(self) -> Any:
+        s = self.image_size
+        if not self.augment:
+            return self.eval_transform()
+        if self.dataset == "digits":  # digits have no left/right symmetry: shifts and small rotations only
+            aug = [v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))]
+        elif s <= 64:  # CIFAR-style small images: pad-and-crop + flip
+            aug = [v2.Resize(s), v2.RandomCrop(s, padding=s // 8, padding_mode="reflect"), v2.RandomHorizontalFlip()]
+        else:
+            aug = [v2.RandomResizedCrop(s, scale=(0.35, 1.0), antialias=True), v2.RandomHorizontalFlip()]
+        return v2.Compose([v2.ToImage(), *aug, *self._normalize()])
+
+    def eval_transform(self) -> Any:
+        s = self.image_size
+        size = [v2.Resize(s, antialias=True), v2.CenterCrop(s)] if self.dataset != "digits" else []
+        return v2.Compose([v2.ToImage(), *size, *self._normalize()])
+
+    # ------------------------------------------------------------------ datasets
+    def prepare_data(self) -> None:
+        if self.dataset.startswith("cifar"):
+            _cifar(self.dataset, self.root, train=True, download=self.download)
+            _cifar(self.dataset, self.root, train=False, download=self.download)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        if self.dataset == "digits":
+            self._setup_digits()
+        elif self.dataset.startswith("cifar"):
+            train = _cifar(self.dataset, self.root, train=True, download=False)
+            test = _cifar(self.dataset, self.root, train=False, download=False)
+            n_val = int(len(train) * self.val_fraction)
+            gen = torch.Generator().manual_seed(self.seed)
+            val_idx, train_idx = torch.randperm(len(train), generator=gen).split([n_val, len(train) - n_val])
+            self.train_set = TransformDataset(torch.utils.data.Subset(train, train_idx.tolist()), self.train_transform())
+            self.val_set = TransformDataset(torch.utils.data.Subset(train, val_idx.tolist()), self.eval_transform())
+            self.test_set = TransformDataset(test, self.eval_transform())
+        else:
+            self._setup_folder()
+
+    def _setup_digits(self) -> None:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        digits = load_digits()  # 1,797 real 8x8 handwritten digits shipped with scikit-learn
+        x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
+        x = torch.nn.functional.interpolate(x, size=self.image_size, mode="bilinear", align_corners=False)
+        x = x.expand(-1, self.channels, -1, -1).contiguous()
+        y = torch.tensor(digits.target)
+        idx = torch.arange(len(y)).numpy()
+        rest, test = train_test_split(idx, test_size=self.test_fraction, stratify=y, random_state=self.seed)
+        val_size = self.val_fraction / (1 - self.test_fraction)
+        train, val = train_test_split(rest, test_size=val_size, stratify=y[rest], random_state=self.seed)
+        ds = TensorDataset(x, y)
+        self.train_set = TransformDataset(torch.utils.data.Subset(ds, train.tolist()), self.train_transform())
+        self.val_set = TransformDataset(torch.utils.data.Subset(ds, val.tolist()), self.eval_transform())
+        self.test_set = TransformDataset(torch.utils.data.Subset(ds, test.tolist()), self.eval_transform())
+
+    def _setup_folder(self) -> None:
+        mode = "L" if self.channels == 1 else "RGB"
+        train = CheckedImageFolder(self.root / "train", self.class_names, mode)
+        val_dir = self.root / "val"
+        if not val_dir.is_dir():
+            raise ZooError(f"{self.root} has train/ but no val/ folder; ImageFolder data needs "
+                           "<root>/train/<class>/*.jpg and <root>/val/<class>/*.jpg")
+        val = CheckedImageFolder(val_dir, self.class_names, mode)
+        test_dir = self.root / "test"
+        test = CheckedImageFolder(test_dir, self.class_names, mode) if test_dir.is_dir() else val
+        self.train_set = TransformDataset(train, self.train_transform())
+        self.val_set = TransformDataset(val, self.eval_transform())
+        self.test_set = TransformDataset(test, self.eval_transform())
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+                          pin_memory=torch.cuda.is_available(), persistent_workers=self.num_workers > 0,
+                          drop_last=shuffle and len(ds) > self.batch_size)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)
+
+
+def _short(names: list) -> str:
+    s = ", ".join(map(str, names))
+    return s if len(s) < 60 else s[:57] + "..."
+
+
+def _cifar(name: str, root: Path, train: bool, download: bool) -> Dataset:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls = CIFAR10 if name == "cifar10" else CIFAR100
+    try:
+        return cls(str(root), train=train, download=download)
+    except Exception as e:  # noqa: BLE001 - URLError, RuntimeError("Dataset not found"), ...
+        raise ZooError(f"{name} is not in {root} and could not be downloaded ({type(e).__name__}); download it on a "
+                       f"connected machine into {root}, or use task.data.dataset=imagefolder") from None
+
+
+def _cifar100_classes() -> list[str]:
+    # Alphabetical CIFAR-100 fine labels, as torchvision orders them.
+    return ("apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel "
+            "can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur "
+            "dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion "
+            "lizard lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree "
+            "pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea "
+            "seal shark shrew skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table "
+            "tank telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf "
+            "woman worm").split()
+
+
+def _folder_classes(train_dir: Path, root: Path) -> list[str]:
+    if not root.is_dir():
+        raise ZooError(f"image folder not found: {root}; set task.data.root to a folder with train/ and val/")
+    if not train_dir.is_dir():
+        raise ZooError(f"{root} has no train/ folder; ImageFolder data needs <root>/train/<class>/*.jpg "
+                       "and <root>/val/<class>/*.jpg")
+    classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
+    if not classes:
+        raise ZooError(f"{train_dir} has no class sub-folders; put images in {train_dir}/<class_name>/")
+    return classes
+
+
+class CheckedImageFolder(Dataset):
+    """ImageFolder that names the problem: empty folders, unknown classes, unreadable files."""
+
+    def __init__(self, folder: Path, class_names: list[str], mode: str) -> None:
+        self.mode = mode
+        index = {c: i for i, c in enumerate(class_names)}
+        extra = sorted(d.name for d in folder.iterdir() if d.is_dir() and d.name not in index)
+        if extra:
+            raise ZooError(f"{folder} has classes missing from train/: {_short(extra)}; every class needs "
+                           "training images")
+        self.samples = [(p, index[c]) for c in class_names if (folder / c).is_dir()
+                        for p in sorted((folder / c).rglob("*")) if p.suffix.lower() in IMG_EXTENSIONS]
+        if not self.samples:
+            raise ZooError(f"no images ({', '.join(IMG_EXTENSIONS[:4])}, ...) under {folder}/<class>/; "
+                           "check task.data.root")
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        path, label = self.samples[i]
+        return load_image(path, self.mode), label
+
+
+def load_image(path: Path, mode: str = "RGB") -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            return im.convert(mode)
+    except (UnidentifiedImageError, OSError) as e:
+        raise ZooError(f"cannot read image {path} ({type(e).__name__}); remove or replace the file") from None

@@ -1,0 +1,152 @@
+"""ImageClassifier: a timm backbone with a fresh head, fine-tuned full, as a linear probe, or gradually."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from vision import finetune as ft
+from vision.models import create_backbone, head_prefixes
+from zoo import optim, tb
+from zoo.errors import ZooError
+
+
+class ImageClassifier(pl.LightningModule):
+    def __init__(
+        self,
+        arch: str = "resnet18",
+        num_classes: int = 10,
+        class_names: list[str] | None = None,
+        in_chans: int = 3,
+        image_size: int = 224,
+        mean: list[float] | None = None,
+        std: list[float] | None = None,
+        pretrained: bool | str = "auto",
+        finetune: str = "full",
+        unfreeze_epoch: int = 1,
+        backbone_lr_scale: float = 1.0,
+        weight_decay: float = 0.05,
+        label_smoothing: float = 0.0,
+        drop_rate: float = 0.0,
+        log_images: int = 16,
+        optimizer: Any = None,
+        scheduler: Any = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        if finetune not in ft.STRATEGIES:
+            raise ZooError(f"unknown finetune strategy '{finetune}': use one of {', '.join(ft.STRATEGIES)}")
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.model, self.pretrained_source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
+        self.heads = head_prefixes(self.model)
+        if finetune == "linear_probe":
+            ft.freeze_for_probe(self.model, self.heads)
+        self.class_names = list(class_names or [str(i) for i in range(num_classes)])
+        self.register_buffer("mean", torch.tensor(mean or [0.5] * in_chans).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std or [0.5] * in_chans).view(1, -1, 1, 1), persistent=False)
+        self.metrics = torch.nn.ModuleDict({
+            f"{stage}_acc": MulticlassAccuracy(num_classes, average="micro") for stage in ("train", "val", "test")
+        })
+        if num_classes > 5:
+            for stage in ("val", "test"):
+                self.metrics[f"{stage}_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
+        self.confusion = MulticlassConfusionMatrix(num_classes)
+        self._samples: tuple | None = None
+
+    # ------------------------------------------------------------------ inference
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W), normalised -> logits (B, num_classes)."""
+        return self.model(images)
+
+    # ------------------------------------------------------------------ steps
+    def shared_step(self, batch: tuple, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing if stage == "train" else 0.0)
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=not on_step)
+        self.metrics[f"{stage}_acc"](logits, y)
+        self.log(f"{stage}/acc", self.metrics[f"{stage}_acc"], on_step=False, on_epoch=True, prog_bar=True)
+        if f"{stage}_top5" in self.metrics:
+            self.metrics[f"{stage}_top5"](logits, y)
+            self.log(f"{stage}/top5", self.metrics[f"{stage}_top5"], on_step=False, on_epoch=True)
+        return loss, logits
+
+    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
+        return self.shared_step(batch, "train")[0]
+
+    def validation_step(self, batch: tuple, batch_idx: int) -> None:
+        _, logits = self.shared_step(batch, "val")
+        if batch_idx == 0 and self.hparams.log_images:
+            n = self.hparams.log_images
+            self._samples = (batch[0][:n].detach(), logits[:n].argmax(-1), batch[1][:n])
+
+    def test_step(self, batch: tuple, batch_idx: int) -> None:
+        _, logits = self.shared_step(batch, "test")
+        self.confusion(logits, batch[1])
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return self(x).softmax(-1)
+
+    # ------------------------------------------------------------------ epoch hooks
+    def backbone_open(self) -> bool:
+        return self.hparams.finetune == "full" or (
+            self.hparams.finetune == "gradual" and self.current_epoch >= self.hparams.unfreeze_epoch)
+
+    def train(self, mode: bool = True) -> "ImageClassifier":
+        super().train(mode)
+        if mode and self.hparams.finetune != "full" and not self._backbone_open_safe():
+            ft.set_backbone_bn_eval(self.model, self.heads)
+        return self
+
+    def _backbone_open_safe(self) -> bool:
+        try:
+            return self.backbone_open()
+        except RuntimeError:  # no trainer attached yet
+            return False
+
+    def on_fit_start(self) -> None:
+        tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
+
+    def on_train_epoch_start(self) -> None:
+        self.train()  # re-applies the frozen-BatchNorm rule at the unfreeze boundary
+        if self.hparams.finetune == "gradual" and self.current_epoch == self.hparams.unfreeze_epoch:
+            sched = self.lr_schedulers()
+            if sched is not None:  # open the backbone from the first step of this epoch, not one step later
+                for group, fn, base in zip(sched.optimizer.param_groups, sched.lr_lambdas, sched.base_lrs):
+                    group["lr"] = base * fn(sched.last_epoch)
+
+    def on_validation_epoch_end(self) -> None:
+        if self._samples is None or self.trainer.sanity_checking:
+            return
+        from vision.viz import captioned_grid
+
+        x, pred, true = self._samples
+        images = (x * self.std + self.mean).clamp(0, 1)
+        names = self.class_names
+        captions = [f"{names[p]}/{names[t]}" for p, t in zip(pred.tolist(), true.tolist())]
+        colours = [(0, 120, 0) if p == t else (200, 0, 0) for p, t in zip(pred.tolist(), true.tolist())]
+        tb.log_image(self, "val/predicted_true", captioned_grid(images, captions, colours))
+        self._samples = None
+
+    def on_test_epoch_end(self) -> None:
+        matrix = self.confusion.compute()
+        self.confusion.reset()
+        if self.trainer.is_global_zero:
+            from vision.viz import confusion_figure
+
+            tb.log_figure(self, "test/confusion_matrix", confusion_figure(matrix, self.class_names))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["pretrained_source"] = self.pretrained_source
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self) -> Any:
+        groups = ft.groups(self.model, self.heads, self.hparams.finetune, self.hparams.weight_decay,
+                                        self.hparams.backbone_lr_scale, self.backbone_open)
+        return optim.configure(self, groups)

@@ -1,0 +1,45 @@
+"""`zoo predict` for vision: top-k labels and probabilities for an image file or every image in a folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchvision.transforms import v2
+
+from vision.data import IMG_EXTENSIONS, load_image
+from zoo.errors import ZooError
+
+
+def image_files(target: str | None) -> list[Path]:
+    if not target:
+        raise ZooError("predict needs input=<image file or folder>")
+    path = Path(target).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMG_EXTENSIONS)
+        if files:
+            return files
+        raise ZooError(f"no images ({', '.join(IMG_EXTENSIONS[:4])}, ...) in {path}")
+    raise ZooError(f"input not found: {path}; pass an image file or a folder of images")
+
+
+def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
+    hp = model.hparams
+    mode = "L" if hp.in_chans == 1 else "RGB"
+    transform = v2.Compose([v2.ToImage(), v2.Resize(hp.image_size, antialias=True), v2.CenterCrop(hp.image_size),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(hp.mean, hp.std)])
+    k = min(int(cfg.predict.get("top_k", 5)), hp.num_classes)
+    batch_size = int(cfg.predict.get("batch_size", 32))
+    files = image_files(input)
+    for start in range(0, len(files), batch_size):
+        chunk = files[start:start + batch_size]
+        x = torch.stack([transform(load_image(p, mode)) for p in chunk])
+        probs = model(x.to(model.device)).softmax(-1)
+        top = probs.topk(k, dim=-1)
+        for path, p, i in zip(chunk, top.values.tolist(), top.indices.tolist()):
+            yield {"file": str(path),
+                   "top_k": [{"label": model.class_names[c], "prob": round(q, 4)} for q, c in zip(p, i)]}

@@ -1,0 +1,101 @@
+"""Checkpoints: atomic writes, zoo metadata in every file, and loading with clear errors.
+
+Every checkpoint carries `checkpoint["zoo"]` = {task, overrides, config, pretrained, version}: enough to test,
+predict or resume from the file alone. All of it is plain containers, so `torch.load(weights_only=True)` works.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
+
+from zoo.errors import ZooError
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save into a temp file in the target folder, fsync, then rename over the target.
+
+    A crash or Ctrl-C mid-save leaves the previous checkpoint intact; a reader never sees a half-written file.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+
+    def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
+        return load_checkpoint(path, map_location=map_location or "cpu")
+
+
+class ZooMetadata(Callback):
+    """Adds the run's task, overrides and resolved config to every checkpoint, and makes reloading offline-safe.
+
+    `hyper_parameters["pretrained"]` is rewritten to False: the weights are in the state dict, so a module rebuilt by
+    `load_from_checkpoint` must not fetch hub weights again. The original choice stays in `zoo["pretrained"]`.
+    """
+
+    def __init__(self, task: str, overrides: list[str], config: dict) -> None:
+        self.meta = {"task": task, "overrides": list(overrides), "config": config}
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        from zoo import __version__
+
+        hp = checkpoint.get("hyper_parameters", {})
+        meta = dict(self.meta, version=__version__)
+        if "pretrained" in hp:
+            meta["pretrained"] = hp["pretrained"]
+            hp["pretrained"] = False
+        checkpoint["zoo"] = meta
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """torch.load(weights_only=True) with one clear line for a missing, corrupt or foreign file."""
+    p = Path(path)
+    if not p.is_file():
+        hint = " (it is a folder: point at a .ckpt inside it, e.g. checkpoints/last.ckpt)" if p.is_dir() else ""
+        raise ZooError(f"checkpoint not found: {p}{hint}; check the path or list runs with `ls outputs/`")
+    try:
+        ckpt = torch.load(p, map_location=map_location, weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ZooError(f"checkpoint {p} is corrupt or not a torch checkpoint ({first[:160]}); "
+                       "use another file, e.g. the run's checkpoints/last.ckpt") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
+                       "the task's `pretrained=<file>` option instead")
+    return ckpt
+
+
+def checkpoint_task(ckpt: dict, path: str | Path) -> str:
+    task = ckpt.get("zoo", {}).get("task")
+    if not task:
+        raise ZooError(f"{path} was not written by zoo (no zoo metadata); pass `task=<domain>/<name>` and use the "
+                       "task's `pretrained=<file>` option to fine-tune from it")
+    return task
+
+
+def find_last(run_dir: Path) -> Path | None:
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return last if last.is_file() else None

@@ -1,0 +1,274 @@
+"""`python -m zoo <verb> ...`: train | test | predict | list.
+
+Heavy imports (torch, lightning, hydra) happen inside the verbs, so `--help` answers at once.
+`sys.argv` is never rewritten: Lightning's DDP launcher re-runs this exact command line for ranks 1..N-1, and those
+children load rank 0's resolved config from its run directory instead of composing again (no `${now:}` drift, no
+nested multirun sweeps).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from zoo.errors import ZooError, one_line
+
+USAGE = """usage: python -m zoo <command> [key=value ...]
+
+commands:
+  train [overrides]               fit a task, then test its best checkpoint
+                                  e.g. python -m zoo train task=vision/resnet trainer.max_epochs=5
+                                  Hydra flags work: --cfg job, --help, -m (multirun sweeps)
+  train ckpt_path=last|<run dir>|<file.ckpt>
+                                  resume an interrupted or finished run (same run dir and TensorBoard)
+  test ckpt_path=<file.ckpt>      evaluate a checkpoint on its task's test data
+  predict ckpt_path=<file.ckpt> input=<file|folder|text> [predict.<option>=...]
+                                  one JSON line per input
+  list [task]                     tasks and experiment presets; with a task, its model names
+
+Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, tensorboard/);
+watch them with: tensorboard --logdir outputs
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    if argv[0] == "--version":
+        from zoo import __version__
+
+        print(__version__)
+        return
+    verb, rest = argv[0], argv[1:]
+    try:
+        if verb == "train":
+            _train(rest)
+        elif verb in ("test", "predict"):
+            _evaluate(verb, rest)
+        elif verb == "list":
+            _list(rest)
+        else:
+            raise ZooError(f"unknown command '{verb}': use train, test, predict or list (python -m zoo --help)")
+    except ZooError as e:
+        fail(e)
+
+
+def fail(e: ZooError) -> None:
+    print(f"zoo: error: {one_line(e)}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------------------------------- train
+def _train(rest: list[str]) -> None:
+    from zoo.run import CHILD_CONFIG_ENV
+
+    if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
+        return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
+
+    from hydra._internal.utils import _run_hydra, get_args_parser
+
+    from zoo.config import CONFIG_DIR, check_overrides, register_resolvers
+
+    register_resolvers()
+    parser = get_args_parser()
+    args = parser.parse_args(rest)
+    if not (args.help or args.hydra_help or args.info or args.shell_completion):
+        args.overrides = resolve_resume(args.overrides)
+        check_overrides(args.overrides)
+    _run_hydra(args=args, args_parser=parser, task_function=_train_job, config_path=str(CONFIG_DIR),
+               config_name="train")
+
+
+def _train_job(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
+    from hydra.core.hydra_config import HydraConfig
+
+    from zoo import run
+
+    overrides = list(HydraConfig.get().overrides.task)
+    try:
+        resume = check_resume_task(cfg)
+        run.train(cfg, overrides, resume)
+    except ZooError as e:
+        fail(e)
+
+
+def _train_child(config_file: Path) -> None:
+    """DDP rank > 0 started by Lightning: same resolved config, same run dir, no Hydra run of its own."""
+    from omegaconf import OmegaConf
+
+    from zoo import run
+
+    saved = OmegaConf.load(config_file)
+    cfg = saved.config
+    try:
+        run.train(cfg, list(saved.overrides), cfg.get("ckpt_path"))
+    except ZooError as e:
+        fail(e)
+
+
+def _override_value(overrides: list[str], key: str) -> str | None:
+    for o in overrides:
+        k, sep, v = o.partition("=")
+        if sep and k.lstrip("+") == key:
+            return v.strip("'\"")
+    return None
+
+
+def _default_task() -> str:
+    import re
+
+    m = re.search(r"^\s*-\s*task:\s*(\S+)", (_config_dir() / "train.yaml").read_text(), re.M)
+    return m.group(1) if m else "vision/resnet"
+
+
+def _config_dir() -> Path:
+    from zoo.config import CONFIG_DIR
+
+    return CONFIG_DIR
+
+
+def _output_root() -> Path:
+    return Path(os.environ.get("ZOO_OUTPUT_ROOT", "outputs"))
+
+
+def _carried(overrides: list[str]) -> list[str]:
+    """Overrides of an earlier run worth re-applying: not its checkpoint, run dir or Hydra internals."""
+    return [o for o in overrides if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "run_dir="))]
+
+
+def resolve_resume(overrides: list[str]) -> list[str]:
+    """`ckpt_path=last|<run dir>|<file>` -> continue that run: its overrides, its run dir, its last checkpoint."""
+    value = _override_value(overrides, "ckpt_path")
+    if value in (None, "", "null", "None"):
+        return overrides
+    from omegaconf import OmegaConf
+
+    from zoo.checkpoint import find_last, load_checkpoint
+
+    user = [o for o in overrides if not o.lstrip("+").startswith("ckpt_path=")]
+    if value == "last":
+        task = _override_value(overrides, "task") or _default_task()
+        runs = sorted((_output_root() / task).glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise ZooError(f"ckpt_path=last: no earlier run of {task} under {_output_root() / task}; "
+                           f"start one with `python -m zoo train task={task}`")
+        ckpt = runs[-1]
+    else:
+        path = Path(value).expanduser()
+        if path.is_dir():
+            ckpt = find_last(path)
+            if ckpt is None:
+                raise ZooError(f"{path} holds no checkpoints/last.ckpt; point ckpt_path at a run directory "
+                               "or a .ckpt file")
+        else:
+            ckpt = path
+    load_checkpoint(ckpt)  # fails early, in one line, on a missing or corrupt file
+    ckpt = ckpt.resolve()
+    run_dir = ckpt.parent.parent
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if ckpt.parent.name == "checkpoints" and saved.is_file():
+        previous = _carried([str(o) for o in OmegaConf.load(saved)])
+        return previous + user + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
+    return user + [f"ckpt_path='{ckpt}'"]
+
+
+def check_resume_task(cfg) -> str | None:  # noqa: ANN001
+    if not cfg.get("ckpt_path"):
+        return None
+    from zoo.checkpoint import checkpoint_task, load_checkpoint
+
+    task = checkpoint_task(load_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
+    if task != cfg.task.name:
+        raise ZooError(f"checkpoint {cfg.ckpt_path} is from task {task}, not {cfg.task.name}; resume it with "
+                       f"task={task}, or fine-tune from it with the task's pretrained=<file> option")
+    return str(cfg.ckpt_path)
+
+
+# ---------------------------------------------------------------------------------------------- test/predict
+def _evaluate(verb: str, rest: list[str]) -> None:
+    from datetime import datetime
+
+    from zoo.checkpoint import checkpoint_task, load_checkpoint
+
+    bad = [a for a in rest if a.startswith("-")]
+    if bad:
+        raise ZooError(f"`zoo {verb}` takes key=value overrides only, not {bad[0]}")
+    value = _override_value(rest, "ckpt_path")
+    if not value:
+        raise ZooError(f"`zoo {verb}` needs ckpt_path=<file.ckpt> (e.g. outputs/<task>/<run>/checkpoints/last.ckpt)")
+    path = Path(value).expanduser()
+    if path.is_dir():
+        best = sorted((path / "checkpoints").glob("best*.ckpt")) or sorted(path.glob("best*.ckpt"))
+        path = best[-1] if best else (path / "checkpoints" / "last.ckpt")
+    ckpt = load_checkpoint(path)
+    task = checkpoint_task(ckpt, path)
+    asked = _override_value(rest, "task")
+    if asked and asked != task:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} checkpoint")
+    user = [o for o in rest if not o.lstrip("+").startswith(("ckpt_path=", "task="))]
+    # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
+    user = [f"+{o}" if o.startswith("predict.") else o for o in user]
+    # Training-time device settings (DDP, 8 GPUs) are not the evaluation's: only explicit ones apply.
+    carried = [o for o in _carried(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    run_dir = _output_root() / task / f"{verb}_{stamp}"
+    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
+    if verb == "predict":
+        overrides.append("logger=none")
+    from zoo.config import check_overrides, register_resolvers
+
+    register_resolvers()
+    check_overrides(overrides)
+    cfg = _compose(overrides)
+    from zoo import run
+
+    if verb == "test":
+        run.test(cfg, str(path))
+    else:
+        run.predict(cfg, str(path))
+
+
+def _compose(overrides: list[str]):  # noqa: ANN202
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(_config_dir()), version_base=None):
+        return compose("train", overrides=overrides)
+
+
+# ------------------------------------------------------------------------------------------------------ list
+def _list(rest: list[str]) -> None:
+    from zoo.config import describe, options
+
+    if rest:
+        return _list_task(rest[0])
+    print("tasks (task=...):")
+    for name in options("task"):
+        print(f"  {name:<22} {describe('task', name)}")
+    print("experiment presets (experiment=...):")
+    for name in options("experiment"):
+        print(f"  {name:<22} {describe('experiment', name)}")
+    print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
+    print("`python -m zoo list <task>` shows a task's model names")
+
+
+def _list_task(task: str) -> None:
+    from omegaconf import OmegaConf
+
+    from zoo.config import options
+    from zoo.run import import_attr
+
+    if task not in options("task"):
+        raise ZooError(f"unknown task '{task}': available: {', '.join(options('task'))}")
+    cfg = OmegaConf.load(_config_dir() / "task" / f"{task}.yaml")
+    spec = OmegaConf.select(cfg, "task.models")
+    if not spec:
+        print(f"{task}: no model list")
+        return
+    print(f"models for {task} (task.module.arch=... or the task's model option):")
+    for name in import_attr(spec)():
+        print(f"  {name}")

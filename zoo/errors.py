@@ -1,0 +1,23 @@
+"""User-facing errors: the CLI prints them as one line, without a traceback."""
+
+
+class ZooError(Exception):
+    """An error the user caused and can fix (bad config, missing file, incompatible checkpoint).
+
+    The message must name the problem and the fix in one line. Programming errors use ordinary
+    exceptions and keep their traceback.
+    """
+
+
+def one_line(exc: BaseException) -> str:
+    """The user-facing line of a ZooError, also when a DataLoader worker re-raised it.
+
+    Worker processes wrap the original message in "Caught ZooError in DataLoader worker ... Original Traceback";
+    the original message is the last line of that text.
+    """
+    text = str(exc).strip()
+    if "Original Traceback" in text:
+        last = text.splitlines()[-1]
+        prefix = f"{type(exc).__module__}.{type(exc).__name__}: "
+        text = last[len(prefix):] if last.startswith(prefix) else last
+    return " ".join(text.split())

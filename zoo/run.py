@@ -1,0 +1,209 @@
+"""What each verb does once the config is composed: build data, module, trainer; fit, test, predict."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.errors import ZooError
+
+log = logging.getLogger("zoo")
+
+CHILD_CONFIG_ENV = "ZOO_CHILD_CONFIG"  # set by rank 0 before fit; DDP children read their config from it
+
+
+def plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def import_attr(spec: str) -> Any:
+    """'package.module:function' -> the object."""
+    import importlib
+
+    mod, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.task.data) if cfg.task.get("data") is not None else None
+    extra = datamodule.model_kwargs() if hasattr(datamodule, "model_kwargs") else {}
+    module = instantiate(cfg.task.module, _convert_="all", **extra)
+    return datamodule, module
+
+
+def build_callbacks_and_loggers(cfg: DictConfig, overrides: list[str]) -> tuple[list, list]:
+    from hydra.utils import instantiate
+
+    from zoo.checkpoint import ZooMetadata
+
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    callbacks.append(ZooMetadata(cfg.task.name, overrides, plain(cfg)))
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    return callbacks, loggers
+
+
+def seed_everything(cfg: DictConfig) -> None:
+    import lightning.pytorch as pl
+
+    pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
+
+
+def save_run_config(cfg: DictConfig, overrides: list[str]) -> Path:
+    """The resolved config at the run-dir root: what DDP children load, and what reproduces the run."""
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create({"config": plain(cfg), "overrides": list(overrides)})))
+    os.replace(tmp, path)
+    return path
+
+
+def has_test_data(datamodule: Any, module: Any) -> bool:
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    if datamodule is not None:
+        return is_overridden("test_dataloader", datamodule)
+    return is_overridden("test_dataloader", module)
+
+
+def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
+    from zoo.trainer import apply_global_switches, build_trainer, prepare_module
+
+    is_child = os.environ.get(CHILD_CONFIG_ENV) is not None and os.environ.get("LOCAL_RANK", "0") != "0"
+    if not is_child:
+        os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides))
+    seed_everything(cfg)
+    apply_global_switches(cfg.trainer)
+    datamodule, module = build_data_and_module(cfg)
+    callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
+    trainer = build_trainer(cfg, callbacks, loggers)
+    fit_module = prepare_module(module, cfg.trainer)
+    trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    if trainer.interrupted:
+        raise ZooError(f"training interrupted; continue it with `python -m zoo train ckpt_path={cfg.run_dir}`")
+    metrics: dict = {}
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if cfg.test_after_fit and has_test_data(datamodule, module):
+        results = trainer.test(fit_module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+        metrics.update(results[0] if results else {})
+    metrics.update({k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")})
+    if trainer.is_global_zero:
+        log_hparams(loggers, cfg, metrics)
+        summarize(cfg, best, metrics)
+    return metrics
+
+
+def _scalars(metrics: dict) -> dict:
+    out = {}
+    for k, v in metrics.items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def log_hparams(loggers: list, cfg: DictConfig, metrics: dict) -> None:
+    """Fill TensorBoard's HParams tab: the flattened resolved config against the final metrics."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    params = {k: v for k, v in flatten(plain(cfg)).items() if not k.startswith("hydra.")}
+    final = {f"final/{k}": float(v) for k, v in _scalars(metrics).items()}
+    for lg in loggers:
+        if isinstance(lg, TensorBoardLogger):
+            lg.log_hyperparams(params, metrics=final)
+            lg.finalize("success")
+
+
+def summarize(cfg: DictConfig, best: str, metrics: dict) -> None:
+    run_dir = Path(cfg.run_dir)
+    root = Path(os.environ.get("ZOO_OUTPUT_ROOT", "outputs"))
+    lines = [
+        "",
+        f"zoo: finished {cfg.task.name}",
+        f"  run dir:         {run_dir}",
+        f"  best checkpoint: {best or '(none saved)'}",
+    ]
+    for k, v in sorted(_scalars(metrics).items()):
+        lines.append(f"  {k:<16} {v:.4f}")
+    lines.append(f"  watch:           tensorboard --logdir {root}")
+    print("\n".join(lines), flush=True)
+
+
+def test(cfg: DictConfig, ckpt_path: str) -> dict:
+    from zoo.trainer import build_trainer
+
+    seed_everything(cfg)
+    module = load_module(cfg, ckpt_path)
+    datamodule = build_checked_data(cfg, module)
+    callbacks, loggers = build_callbacks_and_loggers(cfg, [])
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+    trainer = build_trainer(cfg, callbacks, loggers)
+    if not has_test_data(datamodule, module):
+        raise ZooError(f"task {cfg.task.name} has no test data to evaluate {ckpt_path} on")
+    results = trainer.test(module, datamodule=datamodule)
+    metrics = results[0] if results else {}
+    if trainer.is_global_zero:
+        print(json.dumps({"checkpoint": str(ckpt_path), **_scalars(metrics)}), flush=True)
+    return metrics
+
+
+def load_module(cfg: DictConfig, ckpt_path: str) -> Any:
+    from hydra.utils import get_class
+
+    cls = get_class(cfg.task.module._target_)
+    module = cls.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+    return module.eval()
+
+
+def build_checked_data(cfg: DictConfig, module: Any) -> Any:
+    """The task's data for a trained module: the data must describe the same classes/labels the model knows."""
+    from hydra.utils import instantiate
+
+    if cfg.task.get("data") is None:
+        return None
+    datamodule = instantiate(cfg.task.data)
+    if hasattr(datamodule, "check_model"):
+        datamodule.check_model(module)
+    elif hasattr(datamodule, "model_kwargs"):
+        for key, value in datamodule.model_kwargs().items():
+            if key in module.hparams and module.hparams[key] != value:
+                raise ZooError(f"the checkpoint's {key} ({_short(module.hparams[key])}) does not match the data's "
+                               f"({_short(value)}); evaluate it on data with the same {key}")
+    return datamodule
+
+
+def _short(v: Any) -> str:
+    s = str(v)
+    return s if len(s) < 80 else s[:77] + "..."
+
+
+def predict(cfg: DictConfig, ckpt_path: str) -> None:
+    module = load_module(cfg, ckpt_path)
+    fn = import_attr(cfg.task.predict)
+    import torch
+
+    with torch.inference_mode():
+        for row in fn(module, cfg, cfg.get("input")):
+            print(json.dumps(row), flush=True)

@@ -1,0 +1,91 @@
+"""The one trainer factory every domain shares: `cfg.trainer` -> `lightning.Trainer`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+# Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision")
+
+
+def cuda_wanted(accelerator: str) -> bool:
+    return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+
+def resolve_precision(precision: str | int, accelerator: str = "auto") -> str:
+    """`auto`: bf16-mixed on GPUs with bf16 (Ampere+), 16-mixed with grad scaling on older GPUs, 32-true otherwise."""
+    precision = str(precision)
+    if precision != "auto":
+        return precision
+    if cuda_wanted(accelerator):
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
+
+
+def resolve_benchmark(benchmark: Any, accelerator: str, deterministic: bool) -> bool | None:
+    """cudnn.benchmark `auto`: on for CUDA (fixed input sizes pay), never together with deterministic mode."""
+    if benchmark in (None, "auto"):
+        return bool(cuda_wanted(accelerator) and not deterministic)
+    return bool(benchmark)
+
+
+def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
+    """Plain kwargs for lightning.Trainer from the trainer config (zoo-only keys resolved or removed)."""
+    t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else dict(tcfg)
+    accelerator = str(t.get("accelerator", "auto"))
+    kwargs = {k: v for k, v in t.items() if k not in ZOO_KEYS}
+    kwargs["precision"] = resolve_precision(t.get("precision", "auto"), accelerator)
+    kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
+    strategy = kwargs.get("strategy")
+    if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
+        from hydra.utils import instantiate
+
+        kwargs["strategy"] = instantiate(strategy)
+    return kwargs
+
+
+def apply_global_switches(tcfg: DictConfig) -> None:
+    """Process-wide numerics switches, set before any model is built."""
+    prec = tcfg.get("float32_matmul_precision")
+    if prec:
+        torch.set_float32_matmul_precision(str(prec))  # "high" lets Ampere+ use TF32 for fp32 matmuls
+
+
+def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list | None = None) -> Any:
+    """cfg.trainer + ready callbacks/loggers -> lightning.Trainer (with atomic checkpoint IO)."""
+    import lightning.pytorch as pl
+
+    from zoo.checkpoint import AtomicCheckpointIO
+
+    kwargs = trainer_kwargs(cfg.trainer)
+    if not loggers:
+        # LearningRateMonitor refuses to run without a logger.
+        from lightning.pytorch.callbacks import LearningRateMonitor
+
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    trainer = pl.Trainer(
+        **kwargs,
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO(), *(plugins or [])],
+        default_root_dir=str(cfg.run_dir),
+    )
+    log.info("trainer: accelerator=%s devices=%s strategy=%s precision=%s",
+             type(trainer.accelerator).__name__, trainer.num_devices, type(trainer.strategy).__name__,
+             kwargs["precision"])
+    return trainer
+
+
+def prepare_module(module: Any, tcfg: DictConfig) -> Any:
+    """channels_last and torch.compile switches, applied to the module before fit."""
+    if tcfg.get("channels_last"):
+        module = module.to(memory_format=torch.channels_last)
+    if tcfg.get("compile"):
+        module = torch.compile(module)
+    return module
