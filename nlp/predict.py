@@ -1,0 +1,80 @@
+"""`zoo predict` for nlp/bert: one JSON line per input text, with the label and the class probabilities.
+
+input= is a text, a file (one text per line; a sentence pair as `first<TAB>second`), or a folder of .txt files.
+Options: predict.batch_size (32), predict.max_length (the training max_length, else 128).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nlp.data import PAIR_SEP, tokenize
+from nlp.sampler import pad_batch
+from zoo.errors import ZooError
+
+
+def read_inputs(input: str | None) -> list[tuple[str, str | None]]:
+    """(text, text_pair or None) per input line."""
+    if input is None or not str(input).strip():
+        raise ZooError("nothing to predict; pass input=\"a sentence\" or input=<file with one text per line>")
+    path = Path(str(input)).expanduser()
+    if path.is_dir():
+        lines = [line for p in sorted(path.glob("*.txt")) for line in p.read_text(encoding="utf-8").splitlines()]
+        if not lines:
+            raise ZooError(f"{path} holds no .txt files with text; put one text per line in .txt files")
+    elif path.is_file():
+        lines = path.read_text(encoding="utf-8").splitlines()
+    else:
+        lines = [str(input)]
+    pairs = []
+    for line in lines:
+        if line.strip():
+            first, _, second = line.partition("\t")
+            pairs.append((first.strip(), second.strip() or None))
+    if not pairs:
+        raise ZooError(f"{input} has no non-empty lines to predict")
+    return pairs
+
+
+def _max_length(cfg: Any) -> int:
+    opts = (cfg.get("predict") or {}) if cfg is not None else {}
+    if opts.get("max_length"):
+        return int(opts["max_length"])
+    data = cfg.get("task", {}).get("data") if cfg is not None else None
+    return int(data.get("max_length", 128)) if data else 128
+
+
+@torch.inference_mode()
+def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
+    if model.tokenizer is None:
+        raise ZooError("this checkpoint carries no tokenizer; export it again from a run of this version")
+    items = read_inputs(input)
+    opts = (cfg.get("predict") or {}) if cfg is not None else {}
+    bs = int(opts.get("batch_size", 32))
+    rows = [{"text": t, "text_pair": p, "label": None} for t, p in items]
+    if any(p is not None for _, p in items) and not all(p is not None for _, p in items):
+        raise ZooError("some lines are sentence pairs (with a TAB) and some are not; use one kind per input")
+    model.eval()
+    device = next(model.parameters()).device
+    regression = model.hparams.task_type == "regression"
+    names = model.hparams.label_names
+    for start in range(0, len(rows), bs):
+        chunk = rows[start:start + bs]
+        feats, _ = tokenize(model.tokenizer, chunk, _max_length(cfg))
+        for f in feats:
+            f.pop("label")
+        batch = pad_batch(feats, model.tokenizer.pad_token_id or 0)
+        inputs = {k: v.to(device) for k, v in batch.items() if k != "text"}
+        out = model(**inputs).float().cpu()
+        for i, row in enumerate(chunk):
+            text = row["text"] + (PAIR_SEP + row["text_pair"] if row["text_pair"] else "")
+            if regression:
+                yield {"text": text, "score": round(float(out[i]), 4)}
+            else:
+                probs = out[i].softmax(-1).tolist()
+                best = max(range(len(probs)), key=probs.__getitem__)
+                yield {"text": text, "label": names[best], "probs": {n: round(p, 4) for n, p in zip(names, probs)}}

@@ -1,0 +1,103 @@
+"""Benchmark nlp/bert on the real data in ../shared/data/text (CR, SUBJ): dev accuracy, time per epoch, tokens/s,
+pretrained MiniLM against the same run from random init.
+
+    python scripts/bench_nlp.py                       # cr and subj, pretrained and random init
+    python scripts/bench_nlp.py --data cr --init pretrained --timeout 1200
+
+Each run is a real `python -m zoo train experiment=nlp_<data>` in a subprocess (CSV logger, no test, no export),
+killed after --timeout seconds. The table it prints is what docs/nlp.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("ZOO_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def last_values(metrics_csv: Path) -> dict[str, list[float]]:
+    """Every logged value per metric key, in order (CSVLogger writes one row per logging call)."""
+    out: dict[str, list[float]] = {}
+    with metrics_csv.open() as f:
+        for row in csv.DictReader(f):
+            for k, v in row.items():
+                if v not in ("", None):
+                    try:
+                        out.setdefault(k, []).append(float(v))
+                    except ValueError:
+                        pass
+    return out
+
+
+def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str]) -> dict:
+    out_root = Path(tempfile.mkdtemp(prefix=f"bench_nlp_{data}_{init}_"))
+    cmd = [sys.executable, "-m", "zoo", "train", f"experiment=nlp_{data}", f"task.module.pretrained={init == 'pretrained'}",
+           "logger=csv", "test_after_fit=false", "task.module.export_hf=false", "task.module.worst_k=0",
+           "trainer.enable_progress_bar=false", "callbacks.progress_bar=null",
+           "trainer.enable_model_summary=false",
+           "trainer.num_sanity_val_steps=0", *([f"trainer.max_epochs={epochs}"] if epochs else []), *extra]
+    env = dict(os.environ, ZOO_OUTPUT_ROOT=str(out_root), ZOO_SHARED_DATA=str(SHARED))
+    print("$", " ".join(cmd[1:]), flush=True)
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        status = "ok" if proc.returncode == 0 else f"rc={proc.returncode}"
+        log = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        status, log = f"timeout {timeout}s", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    wall = time.time() - t0
+    files = sorted(out_root.rglob("metrics.csv"))
+    if not files:
+        tail = "\n".join(log.strip().splitlines()[-5:])
+        return {"data": data, "init": init, "status": f"{status}: no metrics\n{tail}", "wall": wall}
+    m = last_values(files[0])
+    return {"data": data, "init": init, "status": status, "wall": wall, "val_acc": m.get("val/acc", []),
+            "epoch_sec": m.get("train/epoch_sec", []), "tok_s": m.get("train/tokens_per_sec", []),
+            "pad": m.get("train/pad_fraction", []), "cmd": " ".join(cmd[1:])}
+
+
+def row(r: dict) -> str:
+    if "val_acc" not in r:
+        return f"| {r['data']} | {r['init']} | - | - | - | - | - | {r['status']} |"
+    accs = ", ".join(f"{a:.4f}" for a in r["val_acc"])
+    best = max(r["val_acc"]) if r["val_acc"] else float("nan")
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return (f"| {r['data']} | {r['init']} | {best:.4f} | {accs} | {mean(r['epoch_sec']):.0f} | "
+            f"{mean(r['tok_s']):.0f} | {mean(r['pad']):.2f} | {r['status']}, wall {r['wall']:.0f} s |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", nargs="+", default=["cr", "subj"], choices=["cr", "subj"])
+    ap.add_argument("--init", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
+    ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (cr 3, subj 2)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per run before it is killed")
+    ap.add_argument("extra", nargs="*", help="more zoo overrides, e.g. task.data.batch_size=16")
+    args = ap.parse_args()
+    missing = [d for d in args.data if not (SHARED / "text" / d / "train.tsv").is_file()]
+    if missing:
+        raise SystemExit(f"bench_nlp: data for {missing} not found under {SHARED / 'text'} (set ZOO_SHARED_DATA)")
+    results = []
+    for data in args.data:
+        for init in args.init:
+            results.append(run_one(data, init, args.epochs, args.timeout, args.extra))
+            print(row(results[-1]), flush=True)
+    print("\n| data | init | best dev acc | dev acc per epoch | train s/epoch | tokens/s | pad fraction | run |")
+    print("|---|---|---:|---|---:|---:|---:|---|")
+    for r in results:
+        print(row(r))
+    for r in results:
+        if "cmd" in r:
+            print(f"# {r['data']}/{r['init']}: python {r['cmd']}")
+
+
+if __name__ == "__main__":
+    main()
