@@ -1,0 +1,133 @@
+"""Gymnasium environments for PPO: id checking, Atari wrappers, vector envs, and the space description the
+agent is built from.
+
+Vector envs use gymnasium 1.x `AutoresetMode.SAME_STEP`: a sub-env that ends an episode is reset inside the same
+`step`, the returned observation is the new episode's first one and the last one is in `info["final_obs"]` (what
+the truncation bootstrap needs). No step is wasted on NEXT_STEP's reset transition. Episode statistics come from
+`gymnasium.wrappers.vector.RecordEpisodeStatistics` over the raw rewards (normalisation happens in the module).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from zoo.errors import ZooError
+
+SUPPORTED_ACTIONS = "Discrete and Box (continuous)"
+_ATARI_REGISTERED = False
+
+
+def _register_atari() -> None:
+    global _ATARI_REGISTERED
+    if not _ATARI_REGISTERED:
+        try:
+            import ale_py
+
+            gym.register_envs(ale_py)
+        except ImportError:  # Atari is optional; classic control works without it
+            pass
+        _ATARI_REGISTERED = True
+
+
+def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of `env_id`, or one ZooError line with the nearest known ids."""
+    if env_id.startswith("ALE/"):
+        _register_atari()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error:
+        if not env_id.startswith("ALE/"):
+            _register_atari()
+        near = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise ZooError(f"unknown gymnasium environment '{env_id}'{hint}; set task.env.id to a registered id, "
+                       "e.g. CartPole-v1, Acrobot-v1, Pendulum-v1, ALE/Breakout-v5") from None
+
+
+def is_atari(env_id: str) -> bool:
+    spec = check_env_id(env_id)
+    return "ale_py" in str(spec.entry_point)
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE after a reset in games that wait for it (Breakout): detail #5 of the Atari list."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_single(env_id: str, render_mode: str | None = None, env_kwargs: dict | None = None) -> gym.Env:
+    """One environment with the standard wrappers for its family (Atari: the Nature DQN preprocessing)."""
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not None:  # only when asked: not every env's constructor takes it
+        kwargs["render_mode"] = render_mode
+    if is_atari(env_id):
+        env = gym.make(env_id, frameskip=1, **kwargs)
+        # noop starts, max-pool over 4 skipped frames, 84x84 grayscale; frames stay uint8 (the CNN scales them).
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireReset(env)
+        return gym.wrappers.FrameStackObservation(env, 4)  # (4, 84, 84)
+    try:
+        return gym.make(env_id, **kwargs)
+    except TypeError as e:
+        raise ZooError(f"cannot make {env_id} with task.env.kwargs={kwargs}: {e}; fix or drop the kwargs") from None
+
+
+def make_vector_env(env_id: str, num_envs: int, vectorization: str = "sync", env_kwargs: dict | None = None,
+                    ) -> gym.vector.VectorEnv:
+    """`num_envs` copies of `env_id` in a Sync or Async vector env, with episode statistics."""
+    if num_envs < 1:
+        raise ZooError(f"task.env.num_envs must be >= 1, got {num_envs}")
+    check_env_id(env_id)
+    fns: list[Callable[[], gym.Env]] = [lambda: make_single(env_id, env_kwargs=env_kwargs) for _ in range(num_envs)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if vectorization == "sync":
+        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    elif vectorization == "async":
+        # Sub-processes pay on slow environments (Atari, MuJoCo); for CartPole the pipes cost more than the step.
+        envs = gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="spawn")
+    else:
+        raise ZooError(f"task.env.vectorization must be sync or async, got '{vectorization}'")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def space_spec(env: gym.Env | gym.vector.VectorEnv) -> dict:
+    """Plain description of the (single) observation and action spaces, kept in the module's hparams.
+
+    {"obs_shape": [4], "obs_dtype": "float32", "action": {"type": "discrete", "n": 2}} or
+    {"action": {"type": "box", "shape": [1], "low": [-2.0], "high": [2.0]}}.
+    """
+    obs_space = getattr(env, "single_observation_space", env.observation_space)
+    act_space = getattr(env, "single_action_space", env.action_space)
+    name = env.spec.id if getattr(env, "spec", None) is not None else "this environment"
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ZooError(f"{name} has a {type(obs_space).__name__} observation space; the PPO agent reads Box "
+                       "observations only (vectors, or stacked image frames)")
+    if isinstance(act_space, gym.spaces.Discrete):
+        action = {"type": "discrete", "n": int(act_space.n)}
+    elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        action = {"type": "box", "shape": list(act_space.shape), "low": act_space.low.astype(float).tolist(),
+                  "high": act_space.high.astype(float).tolist()}
+    else:
+        raise ZooError(f"{name} has a {type(act_space).__name__}{tuple(getattr(act_space, 'shape', ()) or ())} "
+                       f"action space; the PPO agent supports {SUPPORTED_ACTIONS} (1-d) actions")
+    return {"obs_shape": list(obs_space.shape), "obs_dtype": str(np.dtype(obs_space.dtype)), "action": action}
+
+
+def describe_env(env_id: str, env_kwargs: dict | None = None) -> dict:
+    """space_spec of `env_id` from one throwaway instance (fails early on bad ids and unsupported spaces)."""
+    env = make_single(env_id, env_kwargs=env_kwargs)
+    try:
+        return space_spec(env)
+    finally:
+        env.close()

@@ -1,0 +1,73 @@
+"""Deterministic evaluation episodes and episode videos, shared by validation, `zoo test` and `zoo predict`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from rl.envs import make_single, make_vector_env
+
+Policy = Callable[[np.ndarray], np.ndarray]  # (N, *obs_shape) observations -> (N, ...) env-ready actions
+
+
+def run_episodes(policy: Policy, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
+                 max_parallel: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """`episodes` full episodes -> (returns, lengths), each (episodes,).
+
+    Each of the n parallel envs runs a fixed quota of episodes, so short episodes are not over-represented (taking
+    the first K episodes to finish would be biased towards them).
+    """
+    n = max(1, min(episodes, max_parallel))
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    envs = make_vector_env(env_id, n, "sync", env_kwargs)
+    returns: list[list[float]] = [[] for _ in range(n)]
+    lengths: list[list[int]] = [[] for _ in range(n)]
+    try:
+        obs, _ = envs.reset(seed=seed)
+        while any(len(r) < q for r, q in zip(returns, quota)):
+            obs, _, _, _, info = envs.step(policy(obs))
+            if "_episode" in info:
+                for i in np.flatnonzero(info["_episode"]):
+                    if len(returns[i]) < quota[i]:
+                        returns[i].append(float(info["episode"]["r"][i]))
+                        lengths[i].append(int(info["episode"]["l"][i]))
+    finally:
+        envs.close()
+    return np.array(sum(returns, [])), np.array(sum(lengths, []))
+
+
+def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | None = None,
+                   max_frames: int = 1000) -> tuple[np.ndarray | None, float]:
+    """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return)."""
+    try:
+        env = make_single(env_id, render_mode="rgb_array", env_kwargs=env_kwargs)
+    except Exception:  # noqa: BLE001 - no renderer (pygame missing, headless backend): a video is optional
+        return None, float("nan")
+    frames, total = [], 0.0
+    try:
+        obs, _ = env.reset(seed=seed)
+        frame = env.render()
+        if frame is None:
+            return None, float("nan")
+        frames.append(frame)
+        for _ in range(max_frames - 1):
+            obs, reward, terminated, truncated, _ = env.step(policy(np.asarray(obs)[None])[0])
+            total += float(reward)
+            frames.append(env.render())
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return np.stack(frames).astype(np.uint8), total
+
+
+def save_video(frames: np.ndarray, path: str, fps: int = 30) -> str:
+    """frames (T, H, W, 3) uint8 -> a .gif or .mp4 (by the path's suffix) through imageio."""
+    import imageio.v2 as imageio
+
+    if path.endswith(".gif"):
+        imageio.mimsave(path, list(frames), duration=1000 / fps, loop=0)
+    else:
+        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=1)
+    return path

@@ -1,0 +1,147 @@
+"""PPO actor-critics: separate MLP policy and value networks (CleanRL's ppo.py / ppo_continuous_action.py), and
+the Nature DQN CNN with shared trunk (Mnih et al. 2015) for Atari.
+
+Orthogonal initialisation with gain sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head
+(detail #2). Continuous actions: a Gaussian with a state-independent learnable log-std (continuous detail #1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Categorical, Normal
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    act = ACTIVATIONS[activation]
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-2], sizes[1:-1]):
+        layers += [layer_init(nn.Linear(a, b)), act()]
+    layers.append(layer_init(nn.Linear(sizes[-2], sizes[-1]), gain=out_gain))
+    return nn.Sequential(*layers)
+
+
+class PolicyHead(nn.Module):
+    """Turns policy-network outputs into a distribution; holds the log-std for Box actions."""
+
+    def __init__(self, action: dict) -> None:
+        super().__init__()
+        self.discrete = action["type"] == "discrete"
+        self.out_dim = action["n"] if self.discrete else int(action["shape"][0])
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(self.out_dim))
+
+    def dist(self, out: Tensor) -> Categorical | Normal:
+        if self.discrete:
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.expand_as(out).exp(), validate_args=False)
+
+    def sample(self, out: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
+        """(action, log-prob); deterministic: argmax for Discrete, the mean for Box (clipped by the caller).
+
+        No Distribution object: the rollout calls this once per env step, and
+        torch.distributions' bookkeeping costs as much as the tiny MLP itself. Same maths as dist()."""
+        if self.discrete:
+            logp_all = out.log_softmax(-1)
+            a = out.argmax(-1) if deterministic else torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        std = self.log_std.exp()
+        a = out if deterministic else out + std * torch.randn_like(out)
+        logp = -((a - out) ** 2) / (2 * std**2) - self.log_std - 0.5 * math.log(2 * math.pi)
+        return a, logp.sum(-1)
+
+    def log_prob(self, d: Categorical | Normal, action: Tensor) -> Tensor:
+        lp = d.log_prob(action)
+        return lp if self.discrete else lp.sum(-1)
+
+    def entropy(self, d: Categorical | Normal) -> Tensor:
+        e = d.entropy()
+        return e if self.discrete else e.sum(-1)
+
+
+class Agent(nn.Module):
+    """Common interface: `policy_out(obs)`, `value(obs)`, `act(obs)` and `evaluate(obs, action)`."""
+
+    head: PolicyHead
+
+    def policy_out(self, obs: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def value(self, obs: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """obs (B, *obs_shape) -> action (B,) or (B, A), log-prob (B,), value (B,)."""
+        action, logp = self.head.sample(self.policy_out(obs), deterministic)
+        return action, logp, self.value(obs)
+
+    def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Log-prob (B,), entropy (B,) and value (B,) of the taken actions, with gradients."""
+        d = self.head.dist(self.policy_out(obs))
+        return self.head.log_prob(d, action), self.head.entropy(d), self.value(obs)
+
+
+class MLPAgent(Agent):
+    def __init__(self, obs_dim: int, action: dict, hidden_sizes: list[int], activation: str = "tanh") -> None:
+        super().__init__()
+        self.head = PolicyHead(action)
+        self.actor = mlp([obs_dim, *hidden_sizes, self.head.out_dim], activation, out_gain=0.01)
+        self.critic = mlp([obs_dim, *hidden_sizes, 1], activation, out_gain=1.0)
+
+    def policy_out(self, obs: Tensor) -> Tensor:
+        return self.actor(obs)
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.critic(obs).squeeze(-1)
+
+
+class CNNAgent(Agent):
+    """Nature CNN trunk shared by actor and critic; uint8 frames (B, 4, 84, 84) are scaled to [0, 1] here."""
+
+    def __init__(self, obs_shape: list[int], action: dict) -> None:
+        super().__init__()
+        self.head = PolicyHead(action)
+        c, h, w = obs_shape
+        self.trunk = nn.Sequential(
+            layer_init(nn.Conv2d(c, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.trunk(torch.zeros(1, c, h, w)).shape[1]
+        self.trunk.append(layer_init(nn.Linear(flat, 512)))
+        self.trunk.append(nn.ReLU())
+        self.actor = layer_init(nn.Linear(512, self.head.out_dim), gain=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), gain=1.0)
+
+    def features(self, obs: Tensor) -> Tensor:
+        return self.trunk(obs.float() / 255.0)
+
+    def policy_out(self, obs: Tensor) -> Tensor:
+        return self.actor(self.features(obs))
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        h = self.features(obs)  # one trunk pass for both heads
+        d = self.head.dist(self.actor(h))
+        return self.head.log_prob(d, action), self.head.entropy(d), self.critic(h).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        h = self.features(obs)
+        action, logp = self.head.sample(self.actor(h), deterministic)
+        return action, logp, self.critic(h).squeeze(-1)

@@ -1,0 +1,44 @@
+"""`zoo predict` for rl/ppo: run a trained agent for a few episodes and write a video of the first.
+
+    python -m zoo predict ckpt_path=<run>/checkpoints/last.ckpt predict.episodes=5 predict.out=agent.gif
+
+Options (predict.*): episodes (5), seed (0), out (a .gif or .mp4 path; default <run dir>/episode.gif; "" for
+none), max_frames (1000), fps (30). `input` is not used (the environment is the checkpoint's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rl.evaluate import record_episode, run_episodes, save_video
+from zoo.errors import ZooError
+
+
+def predict(model: Any, cfg: DictConfig, input: str | None) -> Iterator[dict]:
+    env_id = model.env_cfg["id"]
+    asked = cfg.task.get("env", {}).get("id") if cfg.get("task") else None
+    if asked and asked != env_id:
+        raise ZooError(f"the checkpoint's agent plays {env_id}, not {asked}; drop task.env.id=... or pass a "
+                       f"checkpoint trained on {asked}")
+    opts = cfg.get("predict") or {}
+    episodes, seed = int(opts.get("episodes", 5)), int(opts.get("seed", 0))
+    if episodes < 1:
+        raise ZooError(f"predict.episodes must be >= 1, got {episodes}")
+    policy = model.collector.policy(model.agent, deterministic=True)
+    returns, lengths = run_episodes(policy, env_id, episodes, seed, model.env_cfg["kwargs"])
+    for i, (r, n) in enumerate(zip(returns, lengths)):
+        yield {"env": env_id, "episode": i, "return": float(r), "length": int(n)}
+    out = opts.get("out", str(Path(cfg.run_dir) / "episode.gif"))
+    if out:
+        frames, ret = record_episode(policy, env_id, seed, model.env_cfg["kwargs"],
+                                     max_frames=int(opts.get("max_frames", 1000)))
+        if frames is None:
+            yield {"env": env_id, "video": None, "note": "this environment does not render rgb_array frames"}
+        else:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            yield {"env": env_id, "video": save_video(frames, str(out), fps=int(opts.get("fps", 30))),
+                   "frames": int(len(frames)), "return": ret}

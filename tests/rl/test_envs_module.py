@@ -1,0 +1,106 @@
+"""Environments, rollouts and the PPO module's checks, without the CLI (fast)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl.envs import check_env_id, space_spec
+from rl.evaluate import run_episodes
+from rl.module import ENV_DEFAULTS, PPO
+from rl.rollout import Collector
+from zoo.errors import ZooError
+
+
+class MultiDiscreteEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+if "ZooTestMultiDiscrete-v0" not in gym.registry:
+    gym.register("ZooTestMultiDiscrete-v0", entry_point=MultiDiscreteEnv)
+
+
+def module(**kw) -> PPO:  # noqa: ANN003
+    env = kw.pop("env", {})
+    return PPO(env={"num_envs": 2, **env}, num_steps=16, num_minibatches=2, total_timesteps=64, **kw)
+
+
+def test_unknown_env_id_is_one_line_with_suggestion() -> None:
+    with pytest.raises(ZooError, match=r"unknown gymnasium environment 'CartPole-v9'.*CartPole-v1"):
+        check_env_id("CartPole-v9")
+
+
+def test_unsupported_action_space_names_the_supported_ones() -> None:
+    with pytest.raises(ZooError, match="MultiDiscrete.*supports Discrete and Box"):
+        module(env={"id": "ZooTestMultiDiscrete-v0"})
+    with pytest.raises(ZooError, match="observation space"):
+        space_spec(gym.make("Blackjack-v1"))
+
+
+def test_bad_hyperparameters_fail_early() -> None:
+    with pytest.raises(ZooError, match=r"2 \* 16 = 32 does not split into 3"):
+        PPO(env={"num_envs": 2}, num_steps=16, num_minibatches=3)
+    with pytest.raises(ZooError, match="unknown task.env keys"):
+        PPO(env={"num_env": 2})
+    with pytest.raises(ZooError, match="less than one rollout"):
+        PPO(env={"num_envs": 4}, num_steps=128, total_timesteps=100)
+    with pytest.raises(ZooError, match="unknown agent arch"):
+        module(arch="transformer")
+
+
+def test_rollout_shapes_episode_stats_and_truncation_bootstrap() -> None:
+    torch.manual_seed(0)
+    m = module(env={"kwargs": {"max_episode_steps": 5}})
+    m.collector.start(seed=0)
+    b = m.collector.collect(m.agent, 16)
+    assert b.obs.shape == (16, 2, 4) and b.actions.shape == (16, 2) and b.rewards.shape == (16, 2)
+    assert b.actions.dtype == torch.long and b.next_value.shape == (2,)
+    # Every episode is cut at 5 steps: stats report them, and the truncated steps carry r + gamma * V(final obs).
+    assert b.episode_lengths and max(b.episode_lengths) <= 5
+    truncated_steps = b.dones[1:] & (b.rewards[:-1] != 1.0)
+    assert truncated_steps.any()
+    m.collector.close()
+
+
+def test_normalisation_statistics_round_trip_through_checkpoint() -> None:
+    m = module(env={"id": "Pendulum-v1", "normalize_obs": True, "normalize_reward": True})
+    m.collector.start(seed=0)
+    m.collector.collect(m.agent, 16)
+    m.collector.close()
+    ckpt: dict = {}
+    m.on_save_checkpoint(ckpt)
+    fresh = module(env={"id": "Pendulum-v1", "normalize_obs": True, "normalize_reward": True})
+    assert not torch.equal(fresh.collector.obs_rms.mean, m.collector.obs_rms.mean)
+    fresh.on_load_checkpoint(ckpt)
+    for a, b in ((fresh.collector.obs_rms, m.collector.obs_rms), (fresh.collector.reward_scaler.rms,
+                                                                    m.collector.reward_scaler.rms)):
+        assert torch.equal(a.mean, b.mean) and torch.equal(a.var, b.var) and torch.equal(a.count, b.count)
+    # Box actions: the env gets clipped actions, the stored sample stays unclipped.
+    assert np.all(np.abs(m.collector.env_action(torch.full((1, 1), 9.0))) <= 2.0)
+
+
+def test_checkpoint_from_another_environment_is_refused() -> None:
+    ckpt: dict = {}
+    module().on_save_checkpoint(ckpt)
+    with pytest.raises(ZooError, match=r"checkpoint is for CartPole-v1.*this run is for Acrobot-v1.*task.env.id"):
+        module(env={"id": "Acrobot-v1"}).on_load_checkpoint(ckpt)
+
+
+def test_deterministic_evaluation_is_reproducible_and_counts_episodes() -> None:
+    m = module()
+    policy = m.collector.policy(m.agent)
+    r1, l1 = run_episodes(policy, "CartPole-v1", 5, seed=3, max_parallel=2)
+    r2, _ = run_episodes(policy, "CartPole-v1", 5, seed=3, max_parallel=2)
+    assert len(r1) == 5 and np.array_equal(r1, r2) and np.array_equal(r1, l1)  # CartPole: return == length
+
+
+def test_env_defaults_are_documented_in_the_task_config() -> None:
+    from omegaconf import OmegaConf
+
+    from zoo.config import CONFIG_DIR
+
+    cfg = OmegaConf.load(CONFIG_DIR / "task" / "rl" / "ppo.yaml")
+    assert set(cfg.task.env) == set(ENV_DEFAULTS)
