@@ -1,0 +1,126 @@
+"""CTCRecognizer: log-Mel front end + acoustic model + CTC loss (float32) + greedy/beam decoding + CER/WER."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.text import CharErrorRate, WordErrorRate
+
+from zoo.errors import ZooError
+
+from .decoding import BeamDecoder, greedy_decode
+from .features import LogMel, SpecAugment
+from .models import build_model
+from .vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+
+class CTCRecognizer(L.LightningModule):
+    def __init__(self, vocab: list[str], arch: str = "bilstm", sample_rate: int = 16000, n_mels: int = 40,
+                 model: dict | None = None, specaugment: dict | None = None, decoder: dict | None = None,
+                 max_seconds: float = 60.0, init_from: str | None = None, num_val_examples: int = 4,
+                 optimizer: Any = None, scheduler: Any = None) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.vocab = Vocab(list(vocab))
+        self.features = LogMel(sample_rate, n_mels)
+        self.specaugment = SpecAugment(**(specaugment or {}))
+        self.model = build_model(arch, n_mels, len(self.vocab), **(model or {}))
+        self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
+        if self.decoder_cfg["kind"] not in ("greedy", "beam"):
+            raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy or beam")
+        self._beam: BeamDecoder | None = None
+        self.metrics = torch.nn.ModuleDict({f"{s}_{m}": (CharErrorRate() if m == "cer" else WordErrorRate())
+                                            for s in ("val", "test") for m in ("cer", "wer")})
+        self._examples: list[dict] = []
+
+    # -- inference -----------------------------------------------------------------------------------------
+    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """wave (B, T) at `sample_rate`, lengths (B,) -> log-probs (B, T', V) float32, output lengths (B,)."""
+        feats, frames = self.features(wave, lengths)
+        feats = self.specaugment(feats, frames)
+        logits, out_lengths = self.model(feats, frames)
+        return logits.float().log_softmax(-1), out_lengths
+
+    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        if self.decoder_cfg["kind"] == "greedy":
+            return greedy_decode(log_probs, lengths, self.vocab.tokens)
+        if self._beam is None:
+            opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
+            self._beam = BeamDecoder(self.vocab.tokens, **opts)
+        return self._beam(log_probs, lengths)
+
+    @torch.no_grad()
+    def transcribe(self, waves: list[torch.Tensor]) -> list[str]:
+        """Waveforms (T,) at `sample_rate` -> text; refuses audio longer than `max_seconds` (memory grows with it)."""
+        rate = self.hparams.sample_rate
+        for w in waves:
+            if len(w) > self.hparams.max_seconds * rate:
+                raise ZooError(f"audio of {len(w) / rate:.1f}s exceeds max_seconds={self.hparams.max_seconds}; "
+                               "split it into shorter files or raise predict.max_seconds")
+        lengths = torch.tensor([len(w) for w in waves], device=self.device)
+        batch = torch.zeros(len(waves), int(lengths.max()), device=self.device)
+        for i, w in enumerate(waves):
+            batch[i, : len(w)] = w.to(self.device)
+        return self.decode(*self(batch, lengths))
+
+    # -- training ------------------------------------------------------------------------------------------
+    def _loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        log_probs, out_lengths = self(batch["wave"], batch["lengths"])
+        # CTC in float32 outside autocast: in half precision the alpha/beta sums overflow or go NaN.
+        with torch.autocast(device_type=log_probs.device.type, enabled=False):
+            loss = F.ctc_loss(log_probs.float().transpose(0, 1), batch["targets"], out_lengths,
+                              batch["target_lengths"], blank=0, reduction="mean", zero_infinity=True)
+        return loss, log_probs, out_lengths
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss, _, _ = self._loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["texts"]))
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str, batch_idx: int) -> None:
+        loss, log_probs, out_lengths = self._loss(batch)
+        hyps = self.decode(log_probs, out_lengths)
+        refs = batch["texts"]
+        n = len(refs)
+        self.metrics[f"{stage}_cer"].update(hyps, refs)
+        self.metrics[f"{stage}_wer"].update(hyps, refs)
+        self.log(f"{stage}/loss", loss, batch_size=n, sync_dist=True)
+        self.log(f"{stage}/cer", self.metrics[f"{stage}_cer"], batch_size=n, prog_bar=True)
+        self.log(f"{stage}/wer", self.metrics[f"{stage}_wer"], batch_size=n)
+        if stage == "val" and batch_idx == 0:
+            k = min(n, self.hparams.num_val_examples)
+            self._examples = [{"wave": batch["wave"][i, : batch["lengths"][i]].cpu(), "ref": refs[i], "hyp": hyps[i]}
+                              for i in range(k)]
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val", batch_idx)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test", batch_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        if self._examples and not self.trainer.sanity_checking:
+            from .tb_samples import log_examples
+
+            log_examples(self, self._examples)
+        self._examples = []
+
+    def setup(self, stage: str) -> None:
+        # Runs before Lightning restores a resumed checkpoint, so a resume still wins over init_from.
+        if stage == "fit" and self.hparams.init_from:
+            from .finetune import load_init_weights
+
+            load_init_weights(self, self.hparams.init_from)
+
+    def configure_optimizers(self):
+        from zoo.optim import configure, param_groups
+
+        wd = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0) if self.optimizer_factory else 0.0
+        return configure(self, param_groups(self.named_parameters(), weight_decay=wd))

@@ -1,0 +1,62 @@
+"""`zoo predict` for speech/ctc: transcribe a wav/flac file or every audio file in a folder, one JSON line each.
+
+Options (cfg.predict): batch_size (8), decoder (greedy|beam, default: the checkpoint's), beam_size, lexicon, lm,
+max_seconds (default: the checkpoint's). In a folder, a bad file yields {"file", "error"} and the rest continue;
+a single bad file is a ZooError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from zoo.errors import ZooError, one_line
+
+from .audio import load_audio
+
+AUDIO_EXT = (".wav", ".flac", ".ogg", ".mp3")
+
+
+def _files(input: str) -> list[str]:
+    if os.path.isdir(input):
+        files = sorted(os.path.join(input, f) for f in os.listdir(input) if f.lower().endswith(AUDIO_EXT))
+        if not files:
+            raise ZooError(f"no audio files ({', '.join(AUDIO_EXT)}) in {input}")
+        return files
+    if not os.path.isfile(input):
+        raise ZooError(f"input not found: {input}; pass a wav file or a folder of them")
+    return [input]
+
+
+def predict(model, cfg, input: str | None) -> Iterator[dict]:
+    if not input:
+        raise ZooError("speech predict needs input=<audio file or folder>")
+    opts = dict(cfg.get("predict") or {})
+    if "decoder" in opts or "beam_size" in opts or "lexicon" in opts or "lm" in opts:
+        model.decoder_cfg = {"kind": opts.pop("decoder", "beam"),
+                             **{k: opts.pop(k) for k in ("beam_size", "lexicon", "lm") if k in opts}}
+        model._beam = None
+    if "max_seconds" in opts:
+        model.hparams.max_seconds = float(opts["max_seconds"])
+    files = _files(os.path.expanduser(str(input)))
+    single = len(files) == 1 and not os.path.isdir(input)
+    batch_size = int(opts.get("batch_size", 8))
+    rate = model.hparams.sample_rate
+    for start in range(0, len(files), batch_size):
+        waves, names = [], []
+        for f in files[start:start + batch_size]:
+            try:
+                wave = load_audio(f, rate)
+                if len(wave) > model.hparams.max_seconds * rate:
+                    raise ZooError(f"{f}: {len(wave) / rate:.1f}s exceeds max_seconds={model.hparams.max_seconds}; "
+                                   "split the file or set predict.max_seconds")
+            except ZooError as e:
+                if single:
+                    raise
+                yield {"file": f, "error": one_line(e)}
+                continue
+            waves.append(wave)
+            names.append(f)
+        if waves:
+            for f, w, text in zip(names, waves, model.transcribe(waves)):
+                yield {"file": f, "duration": round(len(w) / rate, 3), "text": text}
