@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -40,6 +41,9 @@ def run_episodes(policy: Policy, env_id: str, episodes: int, seed: int, env_kwar
 def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | None = None,
                    max_frames: int = 1000) -> tuple[np.ndarray | None, float]:
     """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return)."""
+    # Off-screen rendering: no window, no sound device (pygame otherwise complains about XDG_RUNTIME_DIR).
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     try:
         env = make_single(env_id, render_mode="rgb_array", env_kwargs=env_kwargs)
     except Exception:  # noqa: BLE001 - no renderer (pygame missing, headless backend): a video is optional

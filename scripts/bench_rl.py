@@ -1,0 +1,115 @@
+"""Benchmarks for rl/ppo, each a real `python -m zoo train` run (CSV logs parsed afterwards).
+
+    python scripts/bench_rl.py cartpole --seeds 1 2 3     # 475 (mean of last 20 episodes) within 100k steps?
+    python scripts/bench_rl.py speed --steps 50000 --repeats 2   # zoo vs scripts/baseline_ppo.py, same settings
+    python scripts/bench_rl.py acrobot --seeds 1          # eval return >= -100 within 200k steps?
+    python scripts/bench_rl.py pendulum --seeds 1         # eval return >= -300 within 200k steps?
+
+Prints one JSON line per run and a markdown table at the end. Runs are written to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUIET = ["logger=csv", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
+         "task.module.video=false", "test_after_fit=false"]
+SUITES = {  # preset, threshold on the metric, metric ("last20": rollout mean of 20 episodes, "eval": val/return)
+    "cartpole": ("rl_cartpole", 475.0, "last20"),
+    "acrobot": ("rl_acrobot", -100.0, "eval"),
+    "pendulum": ("rl_pendulum", -300.0, "eval"),
+}
+
+
+def zoo_train(overrides: list[str], timeout: float) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, ZOO_OUTPUT_ROOT=tmp, PYTHONPATH=str(ROOT))
+        p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides, *QUIET], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise SystemExit(f"zoo train {' '.join(overrides)} failed:\n{p.stdout[-3000:]}")
+        (metrics,) = Path(tmp).glob("rl/ppo/*/csv/metrics.csv")
+        return list(csv.DictReader(open(metrics)))
+
+
+def col(rows: list[dict], key: str) -> list[tuple[dict, float]]:
+    return [(r, float(r[key])) for r in rows if r.get(key)]
+
+
+def solve(suite: str, seed: int, timeout: float) -> dict:
+    preset, threshold, metric = SUITES[suite]
+    rows = zoo_train([f"experiment={preset}", f"seed={seed}"], timeout)
+    train = col(rows, "train/env_steps")
+    key = "rollout/return_last20" if metric == "last20" else "val/return"
+    evals = col(rows, "val/return")
+    hit = next(((r, v) for r, v in col(rows, key) if v >= threshold), None)
+    out = {"suite": suite, "seed": seed, "threshold": threshold, "metric": key,
+           "steps": train[-1][1], "seconds": round(float(train[-1][0]["train/time"]), 1),
+           "steps_per_sec": round(float(train[-1][0]["train/steps_per_sec"]), 1),
+           "final_eval": evals[-1][1], "best_eval": max(v for _, v in evals)}
+    if hit is not None:
+        steps = float(hit[0].get("train/env_steps") or hit[0].get("val/env_steps"))
+        t = next((float(r["train/time"]) for r, s in train if s >= steps), float("nan"))
+        out.update(reached=True, steps_to_threshold=steps, seconds_to_threshold=round(t, 1))
+    else:
+        out.update(reached=False)
+    if metric == "last20":
+        out["final_last20"] = col(rows, key)[-1][1]
+    return out
+
+
+def speed(steps: int, repeats: int, timeout: float) -> list[dict]:
+    """Alternates zoo and baseline runs so that a busy machine penalises both alike."""
+    out = []
+    for i in range(repeats):
+        rows = zoo_train(["task=rl/ppo", f"task.module.total_timesteps={steps}", "task.module.eval_every=100000",
+                          "task.module.eval_episodes=1", f"seed={i + 1}"], timeout)
+        last = col(rows, "train/env_steps")[-1][0]
+        out.append({"impl": "zoo", "seed": i + 1, "steps": float(last["train/env_steps"]),
+                    "steps_per_sec": round(float(last["train/steps_per_sec"]), 1)})
+        print(json.dumps(out[-1]), flush=True)
+        p = subprocess.run([sys.executable, str(ROOT / "scripts" / "baseline_ppo.py"), "--total-timesteps",
+                            str(steps), "--seed", str(i + 1)], stdout=subprocess.PIPE, text=True, timeout=timeout,
+                           check=True)
+        out.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("suite", choices=[*SUITES, "speed"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--steps", type=int, default=50_000, help="speed: environment steps per run")
+    ap.add_argument("--repeats", type=int, default=2, help="speed: zoo/baseline pairs")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    a = ap.parse_args()
+    if a.suite == "speed":
+        runs = speed(a.steps, a.repeats, a.timeout)
+        for impl in ("zoo", "baseline"):
+            sps = [r["steps_per_sec"] for r in runs if r["impl"] == impl]
+            print(f"| {impl} | {len(sps)} runs x {a.steps} steps | mean {sum(sps) / len(sps):.0f} steps/s "
+                  f"| {', '.join(f'{s:.0f}' for s in sps)} |")
+        return
+    results = []
+    for seed in a.seeds:
+        results.append(solve(a.suite, seed, a.timeout))
+        print(json.dumps(results[-1]), flush=True)
+    print("| seed | reached | steps to threshold | seconds to threshold | final eval | best eval | steps/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['seed']} | {r['reached']} | {r.get('steps_to_threshold', '-')} | "
+              f"{r.get('seconds_to_threshold', '-')} | {r['final_eval']:.1f} | {r['best_eval']:.1f} | "
+              f"{r['steps_per_sec']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
