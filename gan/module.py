@@ -1,0 +1,337 @@
+"""DCGAN LightningModule: two optimisers by manual optimisation inside the zoo's shared trainer.
+
+Per training batch: one discriminator (critic) step; every `n_critic`-th batch also one generator step, then the
+EMA generator follows. Validation compares EMA-generator samples with the val split in an evaluator's features
+(Fréchet distance, the monitored `val/fd`) and, for labelled data, the classes the evaluator sees in them.
+Test adds the real-vs-real floor at the same sample count.
+
+Note: in manual optimisation Lightning counts every optimizer.step() in `global_step`, so `trainer.max_steps`
+counts D and G steps together (2 per batch with n_critic=1).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import lightning as L
+import torch
+
+from gan import losses
+from gan.evaluator import Evaluator, builtin_evaluator, load_classifier_checkpoint
+from gan.frechet import ClassCounts, FrechetDistance
+from gan.models import SIZES, build, list_models
+from zoo import tb
+from zoo.errors import ZooError
+
+log = logging.getLogger(__name__)
+
+
+class DCGAN(L.LightningModule):
+    def __init__(
+        self,
+        arch: str = "dcgan",
+        nz: int = 100,
+        width: int | None = None,
+        loss: str = "nonsat",
+        spectral_norm: bool = False,
+        conditional: bool = False,
+        n_critic: int = 1,
+        gp_weight: float = 10.0,
+        d_lr_scale: float = 1.0,
+        ema_decay: float = 0.999,
+        eval_classifier: str | None = None,
+        eval_samples: int | None = None,
+        eval_train_steps: int = 500,
+        inception_fid: bool = False,
+        num_fixed: int = 64,
+        channels: int = 1,
+        image_size: int = 32,
+        num_classes: int = 0,
+        class_names: list[str] | None = None,
+        optimizer: Any = None,
+        scheduler: Any = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.automatic_optimization = False
+        if arch not in list_models():
+            raise ZooError(f"unknown GAN arch {arch!r}; use one of {', '.join(list_models())}")
+        if loss not in losses.LOSSES:
+            raise ZooError(f"unknown GAN loss {loss!r}; use one of {', '.join(losses.LOSSES)}")
+        if image_size not in SIZES:
+            raise ZooError(f"image_size {image_size} not supported; use one of {SIZES}")
+        if conditional and not num_classes:
+            raise ZooError("conditional=true needs labelled data (classes); use a labelled dataset or "
+                           "a folder with one sub-folder per class, or set task.module.conditional=false")
+        if n_critic < 1:
+            raise ZooError(f"n_critic={n_critic} must be >= 1")
+        k = num_classes if conditional else 0
+        # WGAN-GP penalises per-sample gradients, which batch norm couples; SN-GANs drop batch norm too.
+        d_norm = "none" if (loss == "wgan_gp" or spectral_norm) else "batch"
+        self.generator, self.discriminator = build(arch, nz, channels, image_size, k, width, d_norm, spectral_norm)
+        self.generator_ema = copy.deepcopy(self.generator).requires_grad_(False).eval()
+        self.register_buffer("ema_updates", torch.zeros((), dtype=torch.long))
+        gen = torch.Generator().manual_seed(1234)  # fixed noise: the same grid every epoch, saved for resume
+        self.register_buffer("fixed_z", torch.randn(num_fixed, nz, generator=gen))
+        self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
+        self._evaluator: Evaluator | None = None
+        self._inception: Any = None
+
+    # ------------------------------------------------------------------------------------------------ sampling
+    @property
+    def conditional(self) -> bool:
+        return bool(self.hparams.conditional)
+
+    def sampler(self) -> torch.nn.Module:
+        return self.generator_ema if self.hparams.ema_decay > 0 else self.generator
+
+    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Inference: images (B, C, H, W) in [-1, 1] from noise (B, nz), with the EMA generator in eval mode."""
+        g = self.sampler()
+        was = g.training
+        g.eval()
+        out = g(z, labels if self.conditional else None)
+        g.train(was)
+        return out
+
+    @torch.no_grad()
+    def sample(self, n: int, labels: torch.Tensor | None = None, generator: torch.Generator | None = None,
+               batch_size: int = 256) -> torch.Tensor:
+        """n images (n, C, H, W) in [-1, 1]; conditional models get `labels` (n,) or balanced classes 0..K-1."""
+        if self.conditional and labels is None:
+            labels = torch.arange(n, device=self.device) % self.hparams.num_classes
+        out = []
+        for i in range(0, n, batch_size):
+            z = torch.randn(min(batch_size, n - i), self.hparams.nz, device=self.device, generator=generator)
+            y = labels[i:i + len(z)].to(self.device) if labels is not None else None
+            out.append(self(z, y).float())
+        return torch.cat(out) if out else torch.empty(0)
+
+    # ------------------------------------------------------------------------------------------------ training
+    def _labels(self, n: int) -> torch.Tensor | None:
+        return torch.randint(0, self.hparams.num_classes, (n,), device=self.device) if self.conditional else None
+
+    def _d_output(self, x: torch.Tensor) -> torch.Tensor:
+        """What TensorBoard shows as D(x): a probability for the logistic loss, the raw critic value otherwise."""
+        return torch.sigmoid(x.float()).mean() if self.hparams.loss == "nonsat" else x.float().mean()
+
+    def discriminator_step(self, real: torch.Tensor, labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        hp = self.hparams
+        opt_d = self.optimizers()[0]
+        with torch.no_grad():
+            # conditional: fakes share the real batch's labels, so GP interpolates within a class
+            fake = self.generator(torch.randn(len(real), hp.nz, device=self.device), labels)
+        d_real, d_fake = self.discriminator(real, labels), self.discriminator(fake, labels)
+        loss = losses.d_loss(hp.loss, d_real, d_fake)
+        out = {"loss_d": loss.detach(), "d_real": self._d_output(d_real), "d_fake": self._d_output(d_fake)}
+        if hp.loss == "wgan_gp":
+            gp = losses.gradient_penalty(lambda x: self.discriminator(x, labels), real, fake)
+            loss = loss + hp.gp_weight * gp
+            out["gp"] = gp.detach()
+        opt_d.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        opt_d.step()
+        return out
+
+    def generator_step(self, n: int) -> dict[str, torch.Tensor]:
+        opt_g = self.optimizers()[1]
+        with self.toggled_optimizer(opt_g):  # D's parameters need no gradients for this step
+            y = self._labels(n)
+            d_fake = self.discriminator(self.generator(torch.randn(n, self.hparams.nz, device=self.device), y), y)
+            loss = losses.g_loss(self.hparams.loss, d_fake)
+            opt_g.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+            opt_g.step()
+        self.update_ema()
+        return {"loss_g": loss.detach(), "d_fake_g": self._d_output(d_fake.detach())}
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        """EMA of G's weights with TF-style warm-up (decay (1+t)/(10+t) early on); BN statistics are copied."""
+        if self.hparams.ema_decay <= 0:
+            return
+        self.ema_updates += 1
+        t = float(self.ema_updates)
+        decay = min(self.hparams.ema_decay, (1 + t) / (10 + t))
+        for pe, p in zip(self.generator_ema.parameters(), self.generator.parameters()):
+            pe.lerp_(p.detach(), 1 - decay)
+        for be, b in zip(self.generator_ema.buffers(), self.generator.buffers()):
+            be.copy_(b)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        real, labels = batch
+        scheds = self._schedulers()
+        stats = self.discriminator_step(real, labels if self.conditional else None)
+        if scheds:
+            scheds[0].step()
+        if (batch_idx + 1) % self.hparams.n_critic == 0:
+            stats.update(self.generator_step(len(real)))
+            if scheds:
+                scheds[1].step()
+        for key in ("loss_d", "loss_g"):
+            if key in stats:
+                self.log(f"train/{key}", stats.pop(key), prog_bar=True, batch_size=len(real))
+        self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(real))
+
+    def _schedulers(self) -> list:
+        s = self.lr_schedulers()
+        return [] if s is None else (s if isinstance(s, list) else [s])
+
+    # ------------------------------------------------------------------------------------------------ evaluation
+    def setup(self, stage: str) -> None:
+        from lightning.pytorch.strategies import DDPStrategy
+
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        if isinstance(strategy, DDPStrategy):
+            # D steps leave G without gradients and G steps leave D without: DDP must look for unused parameters.
+            # (Set here because the strategy wraps the module after setup; a zoo-level switch would be cleaner.)
+            strategy._ddp_kwargs["find_unused_parameters"] = True
+        if stage in ("fit", "validate", "test") and self._evaluator is None:
+            self._evaluator = self._build_evaluator()
+        if self.hparams.inception_fid and self._inception is None:
+            self._inception = self._build_inception()
+
+    def _build_evaluator(self) -> Evaluator:
+        hp = self.hparams
+        if hp.eval_classifier:
+            ev = load_classifier_checkpoint(hp.eval_classifier, hp.channels, hp.num_classes, hp.class_names)
+        else:
+            dm = self.trainer.datamodule if self._trainer is not None else None
+            key = dm.cache_key() if hasattr(dm, "cache_key") else f"{type(dm).__name__}|{hp.image_size}|{hp.channels}"
+            ev = builtin_evaluator(key, getattr(dm, "train_set", None), hp.channels, hp.num_classes,
+                                   max_steps=hp.eval_train_steps)
+        return ev.requires_grad_(False).eval()
+
+    def _build_inception(self) -> Any:
+        from torchmetrics.utilities.imports import _TORCH_FIDELITY_AVAILABLE
+
+        if not _TORCH_FIDELITY_AVAILABLE:
+            raise ZooError("inception_fid=true needs the torch-fidelity package and its Inception-v3 weights "
+                           "(downloaded on first use); install it where there is internet, or set "
+                           "task.module.inception_fid=false (the classifier Fréchet distance still runs)")
+        from torchmetrics.image.fid import FrechetInceptionDistance
+
+        try:
+            return FrechetInceptionDistance(feature=2048, normalize=True)
+        except Exception as e:  # noqa: BLE001 - offline weight download fails in several ways
+            raise ZooError(f"Inception weights for FID are not available ({type(e).__name__}); connect once to "
+                           f"download them, or set task.module.inception_fid=false") from None
+
+    def _metrics(self, stage: str) -> dict[str, Any]:
+        """Per-stage metric objects, created lazily (their size depends on the evaluator) and kept off the state
+        dict so checkpoints do not depend on which evaluator was used."""
+        name = f"_{stage}_metrics"
+        if getattr(self, name, None) is None:
+            ev = self._evaluator
+            m = {"fd": FrechetDistance(ev.num_features), "floor": FrechetDistance(ev.num_features),
+                 "counts": ClassCounts(max(1, ev.num_classes)), "cond": ClassCounts(2)}
+            object.__setattr__(self, name, m)
+        m = getattr(self, name)
+        for metric in m.values():
+            metric.to(self.device)
+        return m
+
+    def _judge(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with torch.autocast(self.device.type, enabled=False):  # FD needs float32 features
+            return self._evaluator(x.float())
+
+    def _on_eval_start(self) -> None:
+        self._evaluator.to(self.device)
+        if self._inception is not None:
+            self._inception.to(self.device).reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._on_eval_start()
+
+    def on_test_epoch_start(self) -> None:
+        self._on_eval_start()
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._metrics("val")["fd"].update(self._judge(batch[0])[0], real=True)
+        if self._inception is not None:
+            self._inception.update(self._to_rgb01(batch[0]), real=True)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        m, feats = self._metrics("test"), self._judge(batch[0])[0]
+        if dataloader_idx == 0:  # the val split: reference for the generator and for the floor
+            m["fd"].update(feats, real=True)
+            m["floor"].update(feats, real=True)
+            if self._inception is not None:
+                self._inception.update(self._to_rgb01(batch[0]), real=True)
+        else:  # an equal-sized subset of the train split: real-vs-real
+            m["floor"].update(feats, real=False)
+
+    @staticmethod
+    def _to_rgb01(x: torch.Tensor) -> torch.Tensor:
+        x = ((x.float() + 1) / 2).clamp(0, 1)
+        return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+
+    def _generated_metrics(self, stage: str) -> dict[str, float]:
+        """Generate as many samples as this rank saw real ones (or eval_samples), judge them, log, reset."""
+        m = self._metrics(stage)
+        n_real_local = int(m["fd"].real_n)
+        n = int(self.hparams.eval_samples or n_real_local)
+        # fixed evaluation noise (per rank): epoch-to-epoch changes in the figure come from G, not from z
+        gen = torch.Generator(device=self.device).manual_seed(10_000 + self.global_rank)
+        fakes = self.sample(n, generator=gen)
+        labels = torch.arange(n, device=self.device) % self.hparams.num_classes if self.conditional else None
+        for i in range(0, n, 256):
+            feats, logits = self._judge(fakes[i:i + 256])
+            m["fd"].update(feats, real=False)
+            if logits is not None:
+                pred = logits.argmax(1)
+                m["counts"].update(pred)
+                if labels is not None:
+                    m["cond"].update((pred == labels[i:i + 256]).long())
+            if self._inception is not None:
+                self._inception.update(self._to_rgb01(fakes[i:i + 256]), real=False)
+        out = {"fd": float(m["fd"].compute())}
+        n_real, n_fake = (int(t) for t in self.all_gather(torch.tensor([n_real_local, n], device=self.device))
+                          .reshape(-1, 2).sum(0))
+        out.update(fd_real_samples=n_real, fd_samples=n_fake)
+        if self._evaluator.num_classes:
+            frac = m["counts"].compute()
+            out.update(coverage_min=float(frac.min()), coverage_max=float(frac.max()),
+                       classes_covered=float((frac >= 0.5 / len(frac)).sum()))
+            if labels is not None:
+                out["cond_acc"] = float(m["cond"].compute()[1])
+        if self._inception is not None:
+            out["fid"] = float(self._inception.compute())
+        if stage == "test" and m["floor"].fake_n > 0:
+            out["fd_floor"] = float(m["floor"].compute())
+        for metric in m.values():
+            metric.reset()
+        return out
+
+    def _log_eval(self, stage: str) -> None:
+        out = self._generated_metrics(stage)
+        # values are already global (metric states are summed across ranks), so no sync_dist
+        self.log(f"{stage}/fd", out.pop("fd"), prog_bar=True, add_dataloader_idx=False)
+        self.log_dict({f"{stage}/{k}": float(v) for k, v in out.items()}, add_dataloader_idx=False)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val")
+        if not self.trainer.sanity_checking:
+            grid = self(self.fixed_z, self.fixed_labels if self.conditional else None)
+            tb.log_images_grid(self, "samples/fixed_noise", (grid + 1) / 2, nrow=8, normalize=False)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test")
+
+    # ------------------------------------------------------------------------------------------------ optimisers
+    def configure_optimizers(self) -> Any:
+        if self.optimizer_factory is None:
+            raise ValueError("module was built without an optimizer (load_from_checkpoint is for inference)")
+        opt_d = self.optimizer_factory(self.discriminator.parameters())
+        for g in opt_d.param_groups:
+            g["lr"] *= self.hparams.d_lr_scale
+        opt_g = self.optimizer_factory(self.generator.parameters())
+        if self.scheduler_factory is None:
+            return [opt_d, opt_g]
+        total = int(self.trainer.estimated_stepping_batches)
+        scheds = [self.scheduler_factory(opt_d, total_steps=total),
+                  self.scheduler_factory(opt_g, total_steps=max(1, total // self.hparams.n_critic))]
+        return [opt_d, opt_g], [{"scheduler": s, "interval": "step"} for s in scheds]
