@@ -68,6 +68,8 @@ class ImageDataModule(pl.LightningDataModule):
         self.num_workers = 0 if dataset == "digits" else auto_workers(num_workers)  # in-memory: workers only cost
         self.class_names = self._class_names()
         self.train_set = self.val_set = self.test_set = None
+        if dataset == "imagefolder":
+            self._setup_folder()  # scan now: a missing or empty folder fails before any model is built
 
     # ------------------------------------------------------------------ what the model needs to know
     def model_kwargs(self) -> dict:
@@ -216,8 +218,9 @@ def _folder_classes(train_dir: Path, root: Path) -> list[str]:
         raise ZooError(f"{root} has no train/ folder; ImageFolder data needs <root>/train/<class>/*.jpg "
                        "and <root>/val/<class>/*.jpg")
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
-    if not classes:
-        raise ZooError(f"{train_dir} has no class sub-folders; put images in {train_dir}/<class_name>/")
+    if len(classes) < 2:
+        raise ZooError(f"{train_dir} has {len(classes)} class sub-folder(s), a classifier needs at least 2; "
+                       f"put images in {train_dir}/<class_name>/")
     return classes
 
 

@@ -29,9 +29,24 @@ def import_attr(spec: str) -> Any:
     return getattr(importlib.import_module(mod), attr)
 
 
-def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
-    from hydra.utils import instantiate
+def instantiate(config: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, but a ZooError raised inside a constructor reaches the CLI as itself
+    (Hydra wraps it in a multi-line InstantiationException)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate as hydra_instantiate
 
+    try:
+        return hydra_instantiate(config, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ZooError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise
+
+
+def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = instantiate(cfg.task.data) if cfg.task.get("data") is not None else None
     extra = datamodule.model_kwargs() if hasattr(datamodule, "model_kwargs") else {}
     module = instantiate(cfg.task.module, _convert_="all", **extra)
@@ -39,8 +54,6 @@ def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
 
 
 def build_callbacks_and_loggers(cfg: DictConfig, overrides: list[str]) -> tuple[list, list]:
-    from hydra.utils import instantiate
-
     from zoo.checkpoint import ZooMetadata
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
@@ -98,7 +111,17 @@ def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
+    release_process_group()
     return metrics
+
+
+def release_process_group() -> None:
+    """End this run's process group: the next job of a multirun sweep starts new DDP children and must not reuse a
+    group whose peers have exited (Lightning skips init when a group already exists)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _scalars(metrics: dict) -> dict:
@@ -179,8 +202,6 @@ def load_module(cfg: DictConfig, ckpt_path: str) -> Any:
 
 def build_checked_data(cfg: DictConfig, module: Any) -> Any:
     """The task's data for a trained module: the data must describe the same classes/labels the model knows."""
-    from hydra.utils import instantiate
-
     if cfg.task.get("data") is None:
         return None
     datamodule = instantiate(cfg.task.data)

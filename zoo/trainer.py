@@ -44,7 +44,7 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
     if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
-        from hydra.utils import instantiate
+        from zoo.run import instantiate
 
         kwargs["strategy"] = instantiate(strategy)
     return kwargs
@@ -64,6 +64,10 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
     from zoo.checkpoint import AtomicCheckpointIO
 
     kwargs = trainer_kwargs(cfg.trainer)
+    if kwargs.get("enable_progress_bar") is False:
+        from lightning.pytorch.callbacks import ProgressBar
+
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not loggers:
         # LearningRateMonitor refuses to run without a logger.
         from lightning.pytorch.callbacks import LearningRateMonitor

@@ -1,0 +1,78 @@
+"""The shared trainer factory and checkpoint IO."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo import trainer as zt
+from zoo.checkpoint import AtomicCheckpointIO, load_checkpoint
+from zoo.errors import ZooError, one_line
+from zoo.testing import compose
+
+
+def test_precision_auto_resolves_by_hardware(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert zt.resolve_precision("auto") == "32-true"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert zt.resolve_precision("auto") == "bf16-mixed"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert zt.resolve_precision("auto") == "16-mixed"
+    assert zt.resolve_precision("auto", accelerator="cpu") == "32-true"
+    assert zt.resolve_precision("bf16-mixed") == "bf16-mixed"
+
+
+def test_benchmark_auto_is_off_with_determinism(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert zt.resolve_benchmark("auto", "auto", deterministic=False) is True
+    assert zt.resolve_benchmark("auto", "auto", deterministic=True) is False
+
+
+def test_trainer_kwargs_keep_zoo_switches_out_of_lightning():
+    kwargs = zt.trainer_kwargs(compose().trainer)
+    for key in ("float32_matmul_precision", "channels_last", "compile"):
+        assert key not in kwargs
+    assert kwargs["precision"] == "32-true" and kwargs["max_epochs"] == 12  # the task's own default
+
+
+def test_build_trainer_bf16_on_cpu(tmp_path):
+    cfg = compose(["trainer.accelerator=cpu", "trainer.precision=bf16-mixed", f"run_dir={tmp_path}"])
+    trainer = zt.build_trainer(cfg, callbacks=[], loggers=[])
+    assert type(trainer.precision_plugin).__name__ == "MixedPrecision"
+    assert trainer.precision == "bf16-mixed"
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_atomic_save_never_leaves_a_broken_checkpoint(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "ckpts" / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, path)
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, path)
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(path)["state_dict"]["w"], torch.ones(2))
+    assert os.listdir(path.parent) == ["last.ckpt"]  # no temp file left behind
+
+
+def test_corrupt_checkpoint_is_one_clear_line(tmp_path: Path):
+    bad = tmp_path / "x.ckpt"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(ZooError) as e:
+        load_checkpoint(bad)
+    assert "corrupt" in one_line(e.value) and "\n" not in one_line(e.value)
+
+
+def test_worker_wrapped_error_keeps_the_original_line():
+    wrapped = ZooError("Caught ZooError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+                       '  File "x.py", line 1\nzoo.errors.ZooError: cannot read image a.png; remove it')
+    assert one_line(wrapped) == "cannot read image a.png; remove it"

@@ -1,0 +1,171 @@
+"""Fine-tuning strategies change exactly the parameters they should; pretrained weights load from files and
+zoo checkpoints (different class count); bf16-mixed runs on CPU."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from vision.module import ImageClassifier
+from zoo.errors import ZooError
+from zoo.optim import warmup_schedule
+
+ARCH = "resnet10t"  # a tiny timm ResNet: same code paths as resnet18, a fraction of the time
+
+
+def tiny_module(**kw) -> ImageClassifier:
+    args = dict(arch=ARCH, num_classes=4, in_chans=3, image_size=16, pretrained=False, weight_decay=0.0,
+                log_images=0, optimizer=lambda groups: torch.optim.AdamW(groups, lr=1e-2),
+                scheduler=lambda opt, total_steps: warmup_schedule(opt, total_steps, kind="constant"))
+    args.update(kw)
+    return ImageClassifier(**args)
+
+
+def loaders(n: int = 32) -> tuple[DataLoader, DataLoader]:
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(n, 3, 16, 16, generator=g), torch.randint(0, 4, (n,), generator=g))
+    return DataLoader(ds, batch_size=8, shuffle=True), DataLoader(ds, batch_size=8)
+
+
+def snapshot(module: ImageClassifier) -> tuple[dict, dict]:
+    backbone, head = {}, {}
+    for name, t in module.model.state_dict().items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        (head if name.startswith(module.heads) else backbone)[name] = t.clone()
+    return backbone, head
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before if not torch.equal(before[k], after[k])}
+
+
+class EpochSnapshots(pl.Callback):
+    def __init__(self) -> None:
+        self.states: list[tuple[dict, dict]] = []
+
+    def on_train_epoch_end(self, trainer, module) -> None:
+        self.states.append(snapshot(module))
+
+
+def fit(module: ImageClassifier, epochs: int) -> EpochSnapshots:
+    snaps = EpochSnapshots()
+    train, val = loaders()
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=epochs, limit_train_batches=2, limit_val_batches=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[snaps])
+    trainer.fit(module, train, val)
+    return snaps
+
+
+def test_full_finetune_trains_everything():
+    module = tiny_module(finetune="full")
+    backbone0, head0 = snapshot(module)
+    (backbone1, head1), = fit(module, 1).states
+    assert changed(head0, head1) == set(head0)
+    assert changed(backbone0, backbone1) == set(backbone0)
+
+
+def test_linear_probe_changes_only_the_head():
+    module = tiny_module(finetune="linear_probe")
+    backbone0, head0 = snapshot(module)
+    (backbone1, head1), = fit(module, 1).states
+    assert changed(head0, head1) == set(head0)
+    assert changed(backbone0, backbone1) == set()  # weights and BatchNorm running statistics
+
+
+def test_gradual_freezes_then_unfreezes_at_the_given_epoch():
+    module = tiny_module(finetune="gradual", unfreeze_epoch=1, backbone_lr_scale=0.1)
+    backbone0, head0 = snapshot(module)
+    (b1, h1), (b2, h2) = fit(module, 2).states
+    assert changed(head0, h1) == set(head0)
+    assert changed(backbone0, b1) == set()  # epoch 0: frozen (lr held at zero, BN statistics fixed)
+    assert changed(b1, b2) == set(b1)  # epoch 1: open, from its first step
+    # every parameter keeps requires_grad, so DDP's buckets cover the backbone after unfreezing
+    assert all(p.requires_grad for p in module.parameters())
+
+
+def test_discriminative_learning_rates():
+    module = tiny_module(finetune="full", backbone_lr_scale=0.1)
+    fit(module, 1)
+    lrs = sorted({round(g["lr"], 6) for g in module.trainer.optimizers[0].param_groups})
+    assert lrs == [1e-3, 1e-2]
+
+
+def test_bf16_mixed_on_cpu_autocasts_the_forward():
+    pl.seed_everything(0)
+    module = tiny_module(optimizer=lambda groups: torch.optim.AdamW(groups, lr=1e-3))
+    dtypes = []
+    module.model.register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
+    train, val = loaders()
+    trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, limit_val_batches=0)
+    trainer.fit(module, train, val)
+    assert dtypes and dtypes[0] == torch.bfloat16
+    bad = [n for n, p in module.named_parameters() if not torch.isfinite(p).all()]
+    assert not bad, bad
+
+
+def test_weights_file_in_timm_or_torchvision_naming(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    source = timm.create_model(ARCH, num_classes=1000)
+    sd = {k: v.contiguous() for k, v in source.state_dict().items()}
+    save_file(sd, tmp_path / "w.safetensors")
+    torch.save({"state_dict": {f"module.{k}": v for k, v in sd.items()}}, tmp_path / "w.pth")
+    for name in ("w.safetensors", "w.pth"):
+        module = tiny_module(pretrained=str(tmp_path / name))
+        for key, value in module.model.state_dict().items():
+            if not key.startswith(module.heads) and "num_batches" not in key:
+                assert torch.equal(value, sd[key]), key
+        assert module.model.get_classifier().out_features == 4
+        assert "new head fc" in module.pretrained_source
+
+
+def test_torchvision_resnet18_weights_load_into_timm(tmp_path):
+    import torchvision
+
+    tv = torchvision.models.resnet18(num_classes=1000)
+    torch.save(tv.state_dict(), tmp_path / "tv.pth")
+    module = tiny_module(arch="resnet18", pretrained=str(tmp_path / "tv.pth"))
+    assert torch.equal(module.model.layer4[1].conv2.weight, tv.layer4[1].conv2.weight)
+
+
+def test_zoo_checkpoint_with_another_class_count(tmp_path):
+    trained = tiny_module(num_classes=7)
+    ckpt = {"state_dict": {f"model.{k}": v for k, v in trained.model.state_dict().items()},
+            "hyper_parameters": {"arch": ARCH}, "zoo": {"task": "vision/resnet"}}
+    torch.save(ckpt, tmp_path / "run.ckpt")
+    module = tiny_module(num_classes=3, pretrained=str(tmp_path / "run.ckpt"))
+    assert torch.equal(module.model.conv1[0].weight, trained.model.conv1[0].weight)
+    assert module.model.get_classifier().out_features == 3
+
+
+def test_incompatible_weights_are_refused(tmp_path):
+    import timm
+
+    torch.save(timm.create_model("mobilenetv3_small_050").state_dict(), tmp_path / "other.pth")
+    with pytest.raises(ZooError, match="incompatible weights"):
+        tiny_module(pretrained=str(tmp_path / "other.pth"))
+    ckpt = {"state_dict": {}, "hyper_parameters": {"arch": "resnet50"}, "zoo": {"task": "vision/resnet"}}
+    torch.save(ckpt, tmp_path / "r50.ckpt")
+    with pytest.raises(ZooError, match="holds a resnet50 model"):
+        tiny_module(pretrained=str(tmp_path / "r50.ckpt"))
+    with pytest.raises(ZooError, match="not found"):
+        tiny_module(pretrained=str(tmp_path / "missing.pth"))
+
+
+def test_pretrained_true_fails_clearly_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ZooError, match="not available"):
+        tiny_module(pretrained=True)
+    assert tiny_module(pretrained="auto").pretrained_source.startswith("random init")
+
+
+def test_unknown_backbone_is_one_line():
+    with pytest.raises(ZooError, match="unknown backbone 'resnet1800'"):
+        tiny_module(arch="resnet1800")
