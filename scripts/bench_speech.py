@@ -21,7 +21,9 @@ TIMEOUT_S = 20 * 60
 
 
 def main(extra: list[str]) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # One intra-op thread: on a busy 2-core machine two OpenMP threads spin against each other (6x slower
+    # per step, measured); set OMP_NUM_THREADS=2 on an idle machine.
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
     subprocess.run([sys.executable, "-c", "from speech.data import SynthDigitsDataModule as D; D().prepare_data()"],
                    check=True, env=env, cwd=ROOT)

@@ -1,0 +1,89 @@
+"""Benchmark: FSDD leave-one-speaker-out word accuracy (train on 3 speakers, test on the 4th).
+
+    python scripts/bench_speech_fsdd.py [--data ../shared/data/fsdd] [--speakers george,...] [overrides ...]
+
+For each held-out speaker: manifests go to a temp folder (never into the repo); the training speakers' files with
+index 0-4 (FSDD's own test split) are the validation set, so model selection never sees the held-out speaker.
+Training runs through `python -m zoo train experiment=speech_fsdd`, then `python -m zoo predict` transcribes every
+file of the held-out speaker; word accuracy = exact matches of the transcript with the spoken digit's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def write_manifests(data: Path, held_out: str, out: Path) -> Path:
+    files = sorted(data.glob("*.wav"))
+    if not files:
+        raise SystemExit(f"no FSDD wav files in {data}: the benchmark needs ../shared/data/fsdd")
+    split = {"train": [], "val": [], "test": []}
+    for f in files:
+        digit, speaker, index = f.stem.split("_")
+        row = {"audio_filepath": str(f.resolve()), "text": NAMES[int(digit)]}
+        key = "test" if speaker == held_out else ("val" if int(index) < 5 else "train")
+        split[key].append(row)
+    (out / "test_audio").mkdir(parents=True, exist_ok=True)
+    for name, rows in split.items():
+        with open(out / f"{name}.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+    for r in split["test"]:  # a folder of the held-out speaker's files for `zoo predict`
+        link = out / "test_audio" / Path(r["audio_filepath"]).name
+        if not link.exists():
+            link.symlink_to(r["audio_filepath"])
+    return out
+
+
+def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"fsdd-{speaker}-") as tmp:
+        m = write_manifests(data, speaker, Path(tmp))
+        t0 = time.time()
+        cmd = [sys.executable, "-m", "zoo", "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
+               f"task.data.train_manifest={m / 'train.jsonl'}", f"task.data.val_manifest={m / 'val.jsonl'}",
+               f"task.data.test_manifest={m / 'test.jsonl'}", *extra]
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=30 * 60)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:])
+            raise SystemExit(f"training for {speaker} failed")
+        best = re.search(r"best checkpoint:\s+(\S+)", proc.stdout).group(1)
+        metrics = {k: float(v) for k, v in re.findall(r"^\s+(test/\w+)\s+([0-9.]+)$", proc.stdout, re.M)}
+        train_s = time.time() - t0
+        pred = subprocess.run([sys.executable, "-m", "zoo", "predict", f"ckpt_path={best}",
+                               f"input={m / 'test_audio'}", "predict.batch_size=32"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10 * 60, check=True)
+        rows = [json.loads(line) for line in pred.stdout.splitlines() if line.startswith("{")]
+        correct = sum(r.get("text") == NAMES[int(Path(r["file"]).stem.split("_")[0])] for r in rows)
+    return {"held_out": speaker, "files": len(rows), "word_acc": round(correct / max(1, len(rows)), 4),
+            "test_cer": metrics.get("test/cer"), "train_s": round(train_s, 1), "checkpoint": best}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "fsdd"))
+    ap.add_argument("--speakers", default="george,jackson,lucas,nicolas")
+    args, extra = ap.parse_known_args()
+    # One intra-op thread: on a busy 2-core machine two OpenMP threads spin against each other (6x slower
+    # per step, measured); set OMP_NUM_THREADS=2 on an idle machine.
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    results = []
+    for speaker in args.speakers.split(","):
+        results.append(run_fold(Path(args.data), speaker, extra, env))
+        print(json.dumps(results[-1]), flush=True)
+    mean = sum(r["word_acc"] for r in results) / len(results)
+    print(json.dumps({"mean_word_acc": round(mean, 4), "overrides": extra}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""speech/ctc end to end through `python -m zoo` in a subprocess: train -> test -> predict, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from zoo.testing import TINY, run_dirs
+
+pytestmark = pytest.mark.slow
+ENV = {"OMP_NUM_THREADS": "1"}  # tiny models: one thread is fastest on a shared 2-core machine
+FAST = [*TINY, "experiment=speech_fsdd", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
+        "task.data.batch_size=4", "task.data.chars='one two'", "logger=csv"]
+
+
+def _corpus(root: Path) -> tuple[str, str]:
+    """Sine bursts at 8 kHz standing in for speech: 'one' = 440 Hz, 'two' = 880 Hz."""
+    rows = []
+    for i in range(8):
+        text, freq = ("one", 440.0) if i % 2 == 0 else ("two", 880.0)
+        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
+        path = root / f"{i}.wav"
+        sf.write(path, (0.5 * np.sin(2 * np.pi * freq * t)).astype(np.float32), 8000)
+        rows.append({"audio_filepath": path.name, "duration": len(t) / 8000, "text": text})
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    return str(root / "train.jsonl"), str(root / "val.jsonl")
+
+
+def test_train_test_predict_and_bad_files(run_zoo, tmp_path):
+    train, val = _corpus(tmp_path)
+    proc = run_zoo("train", *FAST, f"task.data.train_manifest={train}", f"task.data.val_manifest={val}", env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "test/cer" in proc.stdout
+    run = run_dirs(tmp_path, "speech/ctc")[-1]
+    ckpt = next((run / "checkpoints").glob("best*.ckpt"))
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert saved["hyper_parameters"]["vocab"][:2] == ["<blank>", " "]  # the vocabulary travels with the weights
+    assert saved["hyper_parameters"]["sample_rate"] == 8000
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    t = np.arange(16000) / 16000  # 16 kHz input: resampled to the model's 8 kHz, not refused
+    sf.write(folder / "a.wav", (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000)
+    sf.write(folder / "empty.wav", np.zeros(0, np.float32), 8000)
+    (folder / "junk.wav").write_bytes(b"nope")
+    proc = run_zoo("predict", f"ckpt_path={ckpt}", f"input={folder}", env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    rows = {Path(r["file"]).name: r for r in map(json.loads, filter(lambda s: s.startswith("{"), proc.stdout.splitlines()))}
+    assert rows["a.wav"]["duration"] == pytest.approx(1.0) and isinstance(rows["a.wav"]["text"], str)
+    assert "empty" in rows["empty.wav"]["error"] and "cannot read" in rows["junk.wav"]["error"]
+
+    proc = run_zoo("predict", f"ckpt_path={ckpt}", f"input={folder / 'junk.wav'}", env=ENV)
+    assert proc.returncode == 2 and "zoo: error: cannot read audio" in proc.stdout
+    proc = run_zoo("predict", f"ckpt_path={ckpt}", f"input={folder / 'a.wav'}", "predict.max_seconds=0.5", env=ENV)
+    assert proc.returncode == 0 and "exceeds max_seconds" in proc.stdout  # single file: refused with the reason
+
+
+def test_broken_manifest_stops_with_line_number(run_zoo, tmp_path):
+    train, val = _corpus(tmp_path)
+    with open(train, "a") as f:
+        f.write(json.dumps({"audio_filepath": "0.wav"}) + "\n")
+    proc = run_zoo("train", *FAST, f"task.data.train_manifest={train}", f"task.data.val_manifest={val}", env=ENV)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "train.jsonl:9: missing field(s) text" in proc.stdout
