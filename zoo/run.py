@@ -88,11 +88,22 @@ def has_test_data(datamodule: Any, module: Any) -> bool:
 
 
 def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
+    """Fit, then test the best checkpoint; rank 0 of a DDP run also saves the config its children load."""
+    is_child = os.environ.get(CHILD_CONFIG_ENV) is not None and os.environ.get("LOCAL_RANK", "0") != "0"
+    if is_child:
+        return _train(cfg, overrides, resume)
+    before = {k: os.environ[k] for k in DIST_ENV if k in os.environ}
+    os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides))
+    try:
+        return _train(cfg, overrides, resume)
+    finally:
+        release_process_group()
+        restore_dist_env(before)
+
+
+def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     from zoo.trainer import apply_global_switches, build_trainer, prepare_module
 
-    is_child = os.environ.get(CHILD_CONFIG_ENV) is not None and os.environ.get("LOCAL_RANK", "0") != "0"
-    if not is_child:
-        os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides))
     seed_everything(cfg)
     apply_global_switches(cfg.trainer)
     datamodule, module = build_data_and_module(cfg)
@@ -111,8 +122,21 @@ def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
-    release_process_group()
     return metrics
+
+
+DIST_ENV = ("LOCAL_RANK", "NODE_RANK", "GLOBAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "PL_GLOBAL_SEED", "PL_SEED_WORKERS", CHILD_CONFIG_ENV)
+
+
+def restore_dist_env(before: dict) -> None:
+    """Drop the rank variables Lightning's launcher put into rank 0's environment. Left behind, the next job of a
+    multirun sweep would take LOCAL_RANK as "processes are started externally" and wait forever for children."""
+    for key in DIST_ENV:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            os.environ.pop(key, None)
 
 
 def release_process_group() -> None:
