@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 
@@ -54,29 +52,16 @@ def is_atari(env_id: str) -> bool:
     return "ale_py" in str(spec.entry_point)
 
 
-class FireReset(gym.Wrapper):
-    """Press FIRE after a reset in games that wait for it (Breakout): detail #5 of the Atari list."""
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
-        obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(1)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
 def make_single(env_id: str, render_mode: str | None = None, env_kwargs: dict | None = None) -> gym.Env:
     """One environment with the standard wrappers for its family (Atari: the Nature DQN preprocessing)."""
     kwargs = dict(env_kwargs or {})
+    if is_atari(env_id):
+        from rl.atari import make_atari
+
+        # noop starts, max-pool over 4 skipped frames, 84x84 grayscale, 4 stacked; uint8 (the CNN scales them).
+        return make_atari(env_id, render_mode=render_mode, **kwargs)
     if render_mode is not None:  # only when asked: not every env's constructor takes it
         kwargs["render_mode"] = render_mode
-    if is_atari(env_id):
-        env = gym.make(env_id, frameskip=1, **kwargs)
-        # noop starts, max-pool over 4 skipped frames, 84x84 grayscale; frames stay uint8 (the CNN scales them).
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-        if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireReset(env)
-        return gym.wrappers.FrameStackObservation(env, 4)  # (4, 84, 84)
     try:
         return gym.make(env_id, **kwargs)
     except TypeError as e:

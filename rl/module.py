@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ from rl.models import build_agent
 from rl.rollout import Batch, Collector
 from zoo import tb
 from zoo.errors import ZooError
+
+# Ticks has a length on purpose (Lightning sizes the epoch from it); it is never split across loader workers.
+warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__` defined")
 
 ENV_DEFAULTS = {"id": "CartPole-v1", "num_envs": 4, "vectorization": "sync", "kwargs": {},
                 "normalize_obs": False, "normalize_reward": False, "clip_obs": 10.0, "clip_reward": 10.0,

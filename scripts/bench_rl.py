@@ -29,15 +29,23 @@ SUITES = {  # preset, threshold on the metric, metric ("last20": rollout mean of
 }
 
 
-def zoo_train(overrides: list[str], timeout: float) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, ZOO_OUTPUT_ROOT=tmp, PYTHONPATH=str(ROOT))
-        p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides, *QUIET], cwd=ROOT, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise SystemExit(f"zoo train {' '.join(overrides)} failed:\n{p.stdout[-3000:]}")
-        (metrics,) = Path(tmp).glob("rl/ppo/*/csv/metrics.csv")
-        return list(csv.DictReader(open(metrics)))
+def zoo_train(overrides: list[str], timeout: float, attempts: int = 3) -> list[dict]:
+    """One complete run's CSV rows. A run stopped by a stray SIGTERM (Lightning then exits 0 without the zoo's
+    summary) is started again from scratch, up to `attempts` times, so that timings stay whole-run timings."""
+    for attempt in range(1, attempts + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, ZOO_OUTPUT_ROOT=tmp, PYTHONPATH=str(ROOT))
+            p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides, *QUIET], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+            if p.returncode != 0:
+                raise SystemExit(f"zoo train {' '.join(overrides)} failed:\n{p.stdout[-3000:]}")
+            if "zoo: finished" in p.stdout:
+                (metrics,) = Path(tmp).glob("rl/ppo/*/csv/metrics.csv")
+                return list(csv.DictReader(open(metrics)))
+            why = "SIGTERM" if "SIGTERM" in p.stdout else "no summary"
+            print(json.dumps({"note": f"run interrupted ({why}), attempt {attempt}", "overrides": overrides}),
+                  flush=True)
+    raise SystemExit(f"zoo train {' '.join(overrides)} was interrupted {attempts} times")
 
 
 def col(rows: list[dict], key: str) -> list[tuple[dict, float]]:
@@ -54,7 +62,8 @@ def solve(suite: str, seed: int, timeout: float) -> dict:
     out = {"suite": suite, "seed": seed, "threshold": threshold, "metric": key,
            "steps": train[-1][1], "seconds": round(float(train[-1][0]["train/time"]), 1),
            "steps_per_sec": round(float(train[-1][0]["train/steps_per_sec"]), 1),
-           "final_eval": evals[-1][1], "best_eval": max(v for _, v in evals)}
+           "final_eval": evals[-1][1] if evals else float("nan"),
+           "best_eval": max(v for _, v in evals) if evals else float("nan")}
     if hit is not None:
         steps = float(hit[0].get("train/env_steps") or hit[0].get("val/env_steps"))
         t = next((float(r["train/time"]) for r, s in train if s >= steps), float("nan"))

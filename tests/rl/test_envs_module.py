@@ -104,3 +104,17 @@ def test_env_defaults_are_documented_in_the_task_config() -> None:
 
     cfg = OmegaConf.load(CONFIG_DIR / "task" / "rl" / "ppo.yaml")
     assert set(cfg.task.env) == set(ENV_DEFAULTS)
+
+
+def test_atari_preset_frames_and_cnn_rollout() -> None:
+    pytest.importorskip("ale_py")
+    m = PPO(env={"id": "ALE/Breakout-v5", "num_envs": 1, "reward_sign": True}, arch="nature_cnn", num_steps=8,
+            num_minibatches=1, total_timesteps=8)
+    assert m.spec["obs_shape"] == [4, 84, 84] and m.spec["obs_dtype"] == "uint8"
+    m.collector.start(seed=0)
+    b = m.collector.collect(m.agent, 8)
+    m.collector.close()
+    assert b.obs.dtype == torch.uint8 and b.obs.shape == (8, 1, 4, 84, 84)  # frames stay uint8 in the buffer
+    assert set(b.rewards.unique().tolist()) <= {-1.0, 0.0, 1.0}
+    logp, _, _ = m.agent.evaluate(b.obs[:, 0], b.actions[:, 0])
+    assert torch.allclose(logp, b.logp[:, 0], atol=1e-5)
