@@ -111,7 +111,7 @@ class TextDataModule(pl.LightningDataModule):
             self.task_type = "classification" if spec.labels else "regression"
             self.metrics = list(spec.metrics)
             self.label_names = list(spec.labels) or None
-            self.rows = glue.load(name)
+            return  # downloaded in prepare_data (rank 0), read from the cache in setup: label names are known already
         else:
             label = self.columns["label_column"]
             for split, path in self.paths.items():
@@ -168,7 +168,14 @@ class TextDataModule(pl.LightningDataModule):
         return {"label_names": self.label_names, "task_type": self.task_type, "metrics": list(self.metrics)}
 
     # --- tokenised datasets ---------------------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self.dataset.startswith("glue/"):
+            glue.load(self.dataset.split("/", 1)[1])
+
     def setup(self, stage: str | None = None) -> None:
+        if not self.rows and self.dataset.startswith("glue/"):
+            self.rows = glue.load(self.dataset.split("/", 1)[1])
+            self._check_labels()
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(self.tokenizer_name)
         for split, rows in self.rows.items():

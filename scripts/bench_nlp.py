@@ -37,15 +37,16 @@ def last_values(metrics_csv: Path) -> dict[str, list[float]]:
     return out
 
 
-def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str]) -> dict:
+def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str], threads: int = 1) -> dict:
     out_root = Path(tempfile.mkdtemp(prefix=f"bench_nlp_{data}_{init}_"))
     cmd = [sys.executable, "-m", "zoo", "train", f"experiment=nlp_{data}", f"task.module.pretrained={init == 'pretrained'}",
            "logger=csv", "test_after_fit=false", "task.module.export_hf=false", "task.module.worst_k=0",
            "trainer.enable_progress_bar=false", "callbacks.progress_bar=null",
            "trainer.enable_model_summary=false",
            "trainer.num_sanity_val_steps=0", *([f"trainer.max_epochs={epochs}"] if epochs else []), *extra]
-    env = dict(os.environ, ZOO_OUTPUT_ROOT=str(out_root), ZOO_SHARED_DATA=str(SHARED))
-    print("$", " ".join(cmd[1:]), flush=True)
+    env = dict(os.environ, ZOO_OUTPUT_ROOT=str(out_root), ZOO_SHARED_DATA=str(SHARED), OMP_NUM_THREADS=str(threads))
+    print(f"$ OMP_NUM_THREADS={threads}", " ".join(cmd[1:]), flush=True)
+    load0 = os.getloadavg()[0]
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -54,14 +55,15 @@ def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[
     except subprocess.TimeoutExpired as e:
         status, log = f"timeout {timeout}s", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
     wall = time.time() - t0
+    load = f"load {load0:.1f}->{os.getloadavg()[0]:.1f}"
     files = sorted(out_root.rglob("metrics.csv"))
     if not files:
         tail = "\n".join(log.strip().splitlines()[-5:])
-        return {"data": data, "init": init, "status": f"{status}: no metrics\n{tail}", "wall": wall}
+        return {"data": data, "init": init, "status": f"{status}: no metrics\n{tail}", "wall": wall, "load": load}
     m = last_values(files[0])
     return {"data": data, "init": init, "status": status, "wall": wall, "val_acc": m.get("val/acc", []),
             "epoch_sec": m.get("train/epoch_sec", []), "tok_s": m.get("train/tokens_per_sec", []),
-            "pad": m.get("train/pad_fraction", []), "cmd": " ".join(cmd[1:])}
+            "pad": m.get("train/pad_fraction", []), "cmd": " ".join(cmd[1:]), "load": load}
 
 
 def row(r: dict) -> str:
@@ -71,7 +73,7 @@ def row(r: dict) -> str:
     best = max(r["val_acc"]) if r["val_acc"] else float("nan")
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     return (f"| {r['data']} | {r['init']} | {best:.4f} | {accs} | {mean(r['epoch_sec']):.0f} | "
-            f"{mean(r['tok_s']):.0f} | {mean(r['pad']):.2f} | {r['status']}, wall {r['wall']:.0f} s |")
+            f"{mean(r['tok_s']):.0f} | {mean(r['pad']):.2f} | {r['status']}, wall {r['wall']:.0f} s, {r['load']} |")
 
 
 def main() -> None:
@@ -80,15 +82,28 @@ def main() -> None:
     ap.add_argument("--init", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
     ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (cr 3, subj 2)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run before it is killed")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch/OpenMP threads; 1 on a shared machine (when busy, 2 threads spin-wait on each other)")
+    ap.add_argument("--parse", nargs="+", metavar="RUN_DIR", help="only print the table rows of finished run dirs")
     ap.add_argument("extra", nargs="*", help="more zoo overrides, e.g. task.data.batch_size=16")
     args = ap.parse_args()
+    if args.parse:
+        for run in args.parse:
+            m = last_values(next(Path(run).rglob("metrics.csv")))
+            cfg = (Path(run) / "config.yaml").read_text()
+            data = next((d for d in ("cr", "subj") if f"text/{d}/" in cfg), "?")
+            init = "pretrained" if "pretrained: true" in cfg else "random"
+            print(row({"data": data, "init": init, "status": "parsed", "wall": float("nan"), "load": run,
+                       "val_acc": m.get("val/acc", []), "epoch_sec": m.get("train/epoch_sec", []),
+                       "tok_s": m.get("train/tokens_per_sec", []), "pad": m.get("train/pad_fraction", [])}))
+        return
     missing = [d for d in args.data if not (SHARED / "text" / d / "train.tsv").is_file()]
     if missing:
         raise SystemExit(f"bench_nlp: data for {missing} not found under {SHARED / 'text'} (set ZOO_SHARED_DATA)")
     results = []
     for data in args.data:
         for init in args.init:
-            results.append(run_one(data, init, args.epochs, args.timeout, args.extra))
+            results.append(run_one(data, init, args.epochs, args.timeout, args.extra, args.threads))
             print(row(results[-1]), flush=True)
     print("\n| data | init | best dev acc | dev acc per epoch | train s/epoch | tokens/s | pad fraction | run |")
     print("|---|---|---:|---|---:|---:|---:|---|")

@@ -79,6 +79,9 @@ def resolve(name: str) -> Source:
     tried = []
     path = Path(name).expanduser()
     if path.exists() or name.startswith((".", "/", "~")):
+        if not path.exists():
+            raise ZooError(f"encoder directory {path} not found; check task.module.encoder (a hub id or a folder "
+                           "saved with save_pretrained)")
         if (path / "config.json").is_file():
             return Source(str(path.resolve()), "dir")
         raise ZooError(f"encoder directory {path} has no config.json; point task.module.encoder at a folder saved "

@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from nlp import builtin
-
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def vocabulary() -> list[str]:
-    words = set()
-    for split in ("train", "val"):
-        for row in builtin.generate(split, 400):
-            words.update(row["text"].split())
-    words.update("a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9 ##s ##ing ##ed".split())
-    words.update(["fine", "movie", "plot", "love", "hate", "same", "different", "cat", "dog", "sat", "on", "mat", "."])
-    return SPECIAL + sorted(words)
+sys.path.insert(0, str(Path(__file__).parent))  # the test files import nlp_helpers too
+from nlp_helpers import build_tiny_encoder, keyword_rows, write_tsv  # noqa: E402
 
 
-def build_tiny_encoder(path: Path, layers: int = 2) -> Path:
-    from transformers import BertConfig, BertModel, BertTokenizer
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    # Tiny models on a shared 2-core machine: two OpenMP threads spin-wait on each other (20x slower when busy).
+    import torch
 
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "vocab.txt").write_text("\n".join(vocabulary()) + "\n")
-    tok = BertTokenizer(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
-    tok.save_pretrained(path)
-    config = BertConfig(vocab_size=len(vocabulary()), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(path)
-    return path
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory) -> str:
     return str(build_tiny_encoder(tmp_path_factory.mktemp("tiny_bert")))
+
+
+@pytest.fixture
+def keyword_files(tmp_path) -> tuple[Path, Path]:
+    return (write_tsv(tmp_path / "train.tsv", keyword_rows(256, 0)), write_tsv(tmp_path / "dev.tsv", keyword_rows(64, 1)))

