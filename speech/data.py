@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 
 from zoo.errors import ZooError
 
-from .audio import load_audio
+from .audio import load_audio, resampler
 from .manifest import Utterance, read_manifest
 from .vocab import Vocab, normalize_text
 
@@ -26,10 +26,16 @@ log = logging.getLogger(__name__)
 
 
 class SpeechDataset(Dataset):
-    """Items: (wave (T,), text). Waves optionally cached in memory after the first read (small corpora)."""
+    """Items: (wave (T,), text). Waves optionally cached in memory after the first read (small corpora).
 
-    def __init__(self, rows: list[Utterance], sample_rate: int, in_memory: bool = False) -> None:
+    speed_perturb: factors drawn per item (training only), applied by resampling, which scales tempo, pitch and
+    formants together, a cheap stand-in for new speakers (Ko et al. 2015, "Audio augmentation for speech recognition").
+    """
+
+    def __init__(self, rows: list[Utterance], sample_rate: int, in_memory: bool = False,
+                 speed_perturb: list[float] | None = None) -> None:
         self.rows, self.sample_rate, self.in_memory = rows, sample_rate, in_memory
+        self.speed_perturb = [float(f) for f in speed_perturb or []]
         self.texts = [normalize_text(r.text) for r in rows]
         self._cache: dict[int, torch.Tensor] = {}
 
@@ -42,6 +48,10 @@ class SpeechDataset(Dataset):
             wave = load_audio(self.rows[i].path, self.sample_rate)
             if self.in_memory:
                 self._cache[i] = wave
+        if self.speed_perturb:
+            factor = random.choice(self.speed_perturb)
+            if factor != 1.0:  # a longer signal played at the same rate: slower and lower
+                wave = resampler(self.sample_rate, int(round(self.sample_rate * factor)))(wave)
         return wave, self.texts[i]
 
 
@@ -99,11 +109,12 @@ class SpeechDataModule(L.LightningDataModule):
 
     def __init__(self, sample_rate: int = 16000, batch_size: int = 32, num_workers: int = 0,
                  max_duration: float | None = 20.0, in_memory: bool = False, base_vocab_from: str | None = None,
-                 chars: str | None = None, limit_train: int | None = None) -> None:
+                 chars: str | None = None, speed_perturb: list[float] | None = None,
+                 limit_train: int | None = None) -> None:
         super().__init__()
         self.sample_rate, self.batch_size, self.num_workers = sample_rate, batch_size, num_workers
         self.max_duration, self.in_memory, self.base_vocab_from = max_duration, in_memory, base_vocab_from
-        self.limit_train, self.chars = limit_train, chars
+        self.limit_train, self.chars, self.speed_perturb = limit_train, chars, speed_perturb
         self.rows: dict[str, list[Utterance]] | None = None
         self.vocab: Vocab | None = None
 
@@ -146,7 +157,7 @@ class SpeechDataModule(L.LightningDataModule):
         rows = self.rows.get(split) or []
         if not rows:
             raise ZooError(f"{type(self).__name__} has no {split} utterances; provide a {split} split")
-        ds = SpeechDataset(rows, self.sample_rate, self.in_memory)
+        ds = SpeechDataset(rows, self.sample_rate, self.in_memory, self.speed_perturb if train else None)
         collate = Collate(self.vocab)
         common = {"collate_fn": collate, "num_workers": self.num_workers,
                   "persistent_workers": self.num_workers > 0}

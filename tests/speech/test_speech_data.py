@@ -104,3 +104,13 @@ def test_finetune_keeps_old_rows_and_appends_new_characters(tmp_path):
     wider = CTCRecognizer(vocab=new_vocab, arch="bilstm_small", n_mels=16, model={"hidden": 24, "layers": 1})
     with pytest.raises(ZooError, match="does not match this architecture"):
         load_init_weights(wider, str(path))
+
+
+def test_speed_perturbation_changes_length_in_training_only(tmp_path):
+    from speech.data import SpeechDataset
+    from speech.manifest import Utterance
+
+    rows = [Utterance(burst(tmp_path / "a.wav", seconds=0.5), 0.5, "one")]
+    assert SpeechDataset(rows, 8000)[0][0].shape == (4000,)
+    lengths = {SpeechDataset(rows, 8000, speed_perturb=[0.9, 1.1])[0][0].shape[0] for _ in range(20)}
+    assert lengths == {3600, 4400}
