@@ -189,10 +189,11 @@ class DCGAN(L.LightningModule):
             # D steps leave G without gradients and G steps leave D without: DDP must look for unused parameters.
             # (Set here because the strategy wraps the module after setup; a zoo-level switch would be cleaner.)
             strategy._ddp_kwargs["find_unused_parameters"] = True
+        # object.__setattr__: judges are not part of the model (kept out of state_dict, DDP and checkpoints)
         if stage in ("fit", "validate", "test") and self._evaluator is None:
-            self._evaluator = self._build_evaluator()
+            object.__setattr__(self, "_evaluator", self._build_evaluator())
         if self.hparams.inception_fid and self._inception is None:
-            self._inception = self._build_inception()
+            object.__setattr__(self, "_inception", self._build_inception())
 
     def _build_evaluator(self) -> Evaluator:
         hp = self.hparams

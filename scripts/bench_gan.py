@@ -34,7 +34,10 @@ def train(overrides: list[str], out: Path, timeout: float) -> tuple[float, Path,
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
-    best = re.search(r"best checkpoint: (\S+)", proc.stdout).group(1)
+    found = re.search(r"best checkpoint: (\S+)", proc.stdout)
+    if found is None:  # e.g. the run was interrupted (SIGTERM) and exited early
+        sys.exit(f"training did not finish:\n{proc.stdout[-3000:]}")
+    best = found.group(1)
     metrics = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\s+((?:test|val)/\w+)\s+([-\d.]+)$",
                                                                    proc.stdout, re.M)}
     return wall, Path(best), metrics
@@ -65,6 +68,7 @@ def main() -> None:
     print(f"torch threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}; "
           f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     wall, best, trained = train(args.overrides, Path(args.out), args.timeout)
+    print(f"trained in {wall:.0f} s: {json.dumps(trained)}", flush=True)
     init = fd_at_init(best.parent.parent)
     if args.grid:
         env = dict(os.environ, ZOO_OUTPUT_ROOT=args.out, PYTHONPATH=str(ROOT))

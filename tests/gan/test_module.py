@@ -60,6 +60,7 @@ def test_each_optimiser_updates_only_its_network(tmp_path):
     assert not names(m, "generator_ema.")  # EMA weights are not trained by any optimiser ...
     assert any(not torch.equal(a, b) for a, b in zip(ema_before, m.generator_ema.parameters()))  # ... they follow G
     assert all(p.requires_grad for p in m.discriminator.parameters())  # toggled back after the G step
+    assert m._evaluator is not None and not any(k.startswith("_") for k in m.state_dict())  # judge not saved
 
 
 def test_n_critic_steps(tmp_path):
@@ -104,3 +105,24 @@ def test_checkpoint_is_plain(tmp_path):
     sd = m.state_dict()
     assert {"fixed_z", "ema_updates"} <= set(sd) and any(k.startswith("generator_ema.") for k in sd)
     assert not any(k.startswith("_") for k in sd)  # evaluator and metrics stay out of checkpoints
+
+
+def test_bf16_mixed_on_cpu(tmp_path):
+    m = tiny_module(loss="hinge", spectral_norm=True)
+    STEPS.clear()
+    MODULE[:] = [m]
+    trainer = L.Trainer(max_steps=2, accelerator="cpu", precision="bf16-mixed", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, default_root_dir=tmp_path)
+    trainer.fit(m, datamodule=GANDataModule(batch_size=8))
+    assert [o for o, _ in STEPS] == ["d", "g"]
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
+def test_inception_fid_unavailable_is_one_clear_line():
+    from torchmetrics.utilities.imports import _TORCH_FIDELITY_AVAILABLE
+
+    if _TORCH_FIDELITY_AVAILABLE:
+        pytest.skip("torch-fidelity installed here: FID may work")
+    with pytest.raises(ZooError, match="inception_fid=true needs the torch-fidelity package"):
+        tiny_module(inception_fid=True)._build_inception()
