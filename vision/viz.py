@@ -23,7 +23,7 @@ def captioned_grid(images: torch.Tensor, captions: list[str], colours: list[tupl
         x, y = (i % nrow) * tile, (i // nrow) * (tile + cap_h)
         canvas.paste(pil, (x, y))
         draw.text((x + 2, y + tile), captions[i][:14], fill=colours[i])
-    return torch.from_numpy(np.asarray(canvas)).permute(2, 0, 1)
+    return torch.from_numpy(np.array(canvas)).permute(2, 0, 1)
 
 
 def confusion_figure(matrix: torch.Tensor, class_names: list[str]):  # noqa: ANN201 - a matplotlib Figure

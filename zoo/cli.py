@@ -33,7 +33,13 @@ watch them with: tensorboard --logdir outputs
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:  # `python -m zoo list | head`
+        sys.stderr.close()
+
+
+def _main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return
