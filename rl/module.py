@@ -55,7 +55,7 @@ class PPO(LightningModule):
                  max_grad_norm: float = 0.5, target_kl: float | None = None, norm_adv: bool = True,
                  anneal_lr: bool = True, bootstrap_truncated: bool = True, eval_every: int = 10,
                  eval_episodes: int = 10, video: bool = False, rollout_on_cpu: bool = True,
-                 torch_threads: int | None = 1, seed: int = 0,
+                 torch_threads: int | None = 1, pretrained: str | bool | None = None, seed: int = 0,
                  optimizer: Any = None, scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -71,6 +71,25 @@ class PPO(LightningModule):
         self.collector = Collector(self.env_cfg, self.spec, gamma, bootstrap_truncated)
         self.update = 0  # PPO updates done (checkpointed)
         self.world = 1
+        if pretrained:
+            self._load_pretrained(str(pretrained))
+
+    def _load_pretrained(self, path: str) -> None:
+        """Fine-tuning: start from another rl/ppo run's agent weights and normalisation statistics (same spaces);
+        a new run with its own optimiser, schedule and step count. The zoo saves `pretrained` as False in every
+        checkpoint, so reloading this run never reads `path` again."""
+        from zoo.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(path)
+        state = ckpt.get("rl")
+        if state is None:
+            raise ZooError(f"{path} is not an rl/ppo checkpoint (no checkpoint['rl']); pass a run's last.ckpt")
+        if state["spec"] != self.spec:
+            raise ZooError(f"pretrained={path} was trained on {state['env_id']} ({_spaces(state['spec'])}), this "
+                           f"run is {self.env_cfg['id']} ({_spaces(self.spec)}); the spaces must match")
+        weights = {k[len("agent."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("agent.")}
+        self.agent.load_state_dict(weights)
+        self.collector.load_state_dict(state["normalization"])
 
     def _check_hparams(self) -> None:
         h, n = self.hparams, self.env_cfg["num_envs"]

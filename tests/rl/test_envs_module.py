@@ -118,3 +118,19 @@ def test_atari_preset_frames_and_cnn_rollout() -> None:
     assert set(b.rewards.unique().tolist()) <= {-1.0, 0.0, 1.0}
     logp, _, _ = m.agent.evaluate(b.obs[:, 0], b.actions[:, 0])
     assert torch.allclose(logp, b.logp[:, 0], atol=1e-5)
+
+
+def test_pretrained_loads_weights_and_statistics_and_checks_spaces(tmp_path) -> None:  # noqa: ANN001
+    src = module(env={"normalize_obs": True})
+    src.collector.start(seed=0)
+    src.collector.collect(src.agent, 16)
+    src.collector.close()
+    ckpt = {"state_dict": src.state_dict()}
+    src.on_save_checkpoint(ckpt)
+    path = tmp_path / "src.ckpt"
+    torch.save(ckpt, path)
+    m = module(env={"normalize_obs": True}, pretrained=str(path))
+    assert all(torch.equal(a, b) for a, b in zip(m.agent.state_dict().values(), src.agent.state_dict().values()))
+    assert torch.equal(m.collector.obs_rms.mean, src.collector.obs_rms.mean)
+    with pytest.raises(ZooError, match="pretrained=.*CartPole-v1.*the spaces must match"):
+        module(env={"id": "Acrobot-v1"}, pretrained=str(path))
