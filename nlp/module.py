@@ -52,9 +52,14 @@ class SequenceClassifier(pl.LightningModule):
                            "set task.data.task_type=regression for numeric targets")
         self.num_labels = 1 if task_type == "regression" else len(label_names)
         if encoder_config is None:  # a new run: config, tokenizer and (if pretrained) weights from the source
-            config = load_config(encoder, **self._head_config())
+            config = load_config(encoder, pretrained, **self._head_config())
             self.model = load_classifier(encoder, config, pretrained)
-            self.tokenizer = load_tokenizer(encoder)
+            try:
+                self.tokenizer = load_tokenizer(encoder)
+            except ZooError:
+                if pretrained:
+                    raise
+                self.tokenizer = None  # random init of a built-in architecture: setup() takes the data's tokenizer
             # Plain JSON values (weights_only-safe); load_from_checkpoint passes it back to __init__.
             self.hparams["encoder_config"] = json.loads(config.to_json_string())
         else:  # from a checkpoint: architecture from hparams, weights from the state dict, tokenizer restored later
@@ -179,6 +184,8 @@ class SequenceClassifier(pl.LightningModule):
     # --- checks, checkpoint extras, callbacks, optimiser -----------------------------------------------------------
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None)
+        if self.tokenizer is None and getattr(dm, "tokenizer", None) is not None:
+            self.tokenizer = dm.tokenizer  # (data modules set up before the module)
         if dm is not None and hasattr(dm, "label_names"):
             if dm.task_type != self.hparams.task_type:
                 raise ZooError(f"the model does {self.hparams.task_type} but the data is {dm.task_type}; "

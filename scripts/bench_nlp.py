@@ -56,6 +56,9 @@ def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[
         status, log = f"timeout {timeout}s", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
     wall = time.time() - t0
     load = f"load {load0:.1f}->{os.getloadavg()[0]:.1f}"
+    logs = "".join(p.read_text(errors="replace") for p in out_root.rglob("cli.log"))
+    if "Received SIGTERM" in logs:  # the shared machine has seen stray SIGTERMs: never report a cut run as "ok"
+        status = "interrupted (SIGTERM)"
     files = sorted(out_root.rglob("metrics.csv"))
     if not files:
         tail = "\n".join(log.strip().splitlines()[-5:])

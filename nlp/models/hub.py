@@ -122,10 +122,25 @@ def load_tokenizer(name: str):
         raise _load_error("tokenizer", source, e) from None
 
 
-def load_config(name: str, **overrides):
+# Architectures of the presets' encoders, so that `pretrained=false` (random init) builds them with no files at all
+# (the tokenizer still comes from the data module). Values from the published config.json of each model.
+ARCHITECTURES: dict[str, dict] = {
+    "bert-base-uncased": dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                              num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
+                              type_vocab_size=2),
+}
+
+
+def load_config(name: str, pretrained: bool = True, **overrides):
     from transformers import AutoConfig
 
-    source = resolve(name)
+    try:
+        source = resolve(name)
+    except ZooError:
+        if pretrained or name not in ARCHITECTURES:
+            raise
+        log.info("%s not found locally: random init from its built-in architecture", name)
+        return AutoConfig.for_model(**ARCHITECTURES[name], **overrides)
     try:
         return AutoConfig.from_pretrained(source.location, local_files_only=source.local_only, **overrides)
     except (OSError, ValueError) as e:
