@@ -36,7 +36,7 @@ def test_trainer_kwargs_keep_zoo_switches_out_of_lightning():
     kwargs = zt.trainer_kwargs(compose().trainer)
     for key in ("float32_matmul_precision", "channels_last", "compile"):
         assert key not in kwargs
-    assert kwargs["precision"] == "32-true" and kwargs["max_epochs"] == 12  # the task's own default
+    assert kwargs["precision"] == "32-true" and kwargs["max_epochs"] == 15  # the task's own default
 
 
 def test_build_trainer_bf16_on_cpu(tmp_path):

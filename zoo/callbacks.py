@@ -51,5 +51,7 @@ class Throughput(Callback):
         dt = time.perf_counter() - getattr(self, "_t0", time.perf_counter())
         if self._steps and dt > 0:
             world = trainer.world_size
-            pl_module.log("train/samples_per_sec", self._samples * world / dt, sync_dist=False, rank_zero_only=True)
+            if self._samples:  # batches that are not tensors (e.g. an RL update index) carry no sample count
+                pl_module.log("train/samples_per_sec", self._samples * world / dt, sync_dist=False,
+                              rank_zero_only=True)
             pl_module.log("train/step_ms", 1000 * dt / self._steps, sync_dist=False, rank_zero_only=True)

@@ -94,11 +94,17 @@ def _train_job(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
     from zoo import run
 
     overrides = list(HydraConfig.get().overrides.task)
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     try:
         resume = check_resume_task(cfg)
         run.train(cfg, overrides, resume)
     except ZooError as e:
         fail(e)
+    except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
+        print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, continue with "
+              f"`python -m zoo train ckpt_path={cfg.run_dir}`", file=sys.stderr, flush=True)
+        sys.exit(143)
 
 
 def _train_child(config_file: Path) -> None:

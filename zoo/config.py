@@ -135,5 +135,7 @@ def _did_you_mean(key: str, overrides: list[str]) -> str:
         return ""
     finally:
         GlobalHydra.instance().clear()
+    if leaf in [str(k) for k in keys]:
+        return f" (it exists, but its value cannot be merged: set its sub-keys, e.g. +{key}.<name>=...)"
     near = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
     return f" (did you mean {parent + '.' if parent else ''}{near[0]}?)" if near else ""

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
-ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision")
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -52,6 +52,9 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
 
 def apply_global_switches(tcfg: DictConfig) -> None:
     """Process-wide numerics switches, set before any model is built."""
+    threads = tcfg.get("num_threads")
+    if threads:  # several processes sharing few cores run far faster with fewer intra-op threads each
+        torch.set_num_threads(int(threads))
     prec = tcfg.get("float32_matmul_precision")
     if prec:
         torch.set_float32_matmul_precision(str(prec))  # "high" lets Ampere+ use TF32 for fp32 matmuls
