@@ -34,6 +34,12 @@ def channel_stats(stats: list[float], channels: int) -> list[float]:
     return [sum(stats) / len(stats)] if channels == 1 else list(stats)[:channels]
 
 
+def eval_transform(size: int, mean: list[float], std: list[float], resize: bool = True) -> Any:
+    """Evaluation preprocessing: resize + centre crop to `size` (unless already at size), then normalise."""
+    steps = [v2.Resize(size, antialias=True), v2.CenterCrop(size)] if resize else []
+    return v2.Compose([v2.ToImage(), *steps, v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
+
+
 class TransformDataset(Dataset):
     """Applies a transform to (image, label) pairs of another dataset."""
 
@@ -108,9 +114,8 @@ class ImageDataModule(pl.LightningDataModule):
         return v2.Compose([v2.ToImage(), *aug, *self._normalize()])
 
     def eval_transform(self) -> Any:
-        s = self.image_size
-        size = [v2.Resize(s, antialias=True), v2.CenterCrop(s)] if self.dataset != "digits" else []
-        return v2.Compose([v2.ToImage(), *size, *self._normalize()])
+        # digits are upsampled to image_size once, in setup
+        return eval_transform(self.image_size, self.mean, self.std, resize=self.dataset != "digits")
 
     # ------------------------------------------------------------------ datasets
     def prepare_data(self) -> None:

@@ -100,15 +100,9 @@ class ImageClassifier(pl.LightningModule):
 
     def train(self, mode: bool = True) -> "ImageClassifier":
         super().train(mode)
-        if mode and self.hparams.finetune != "full" and not self._backbone_open_safe():
+        if mode and self.hparams.finetune != "full" and not self.backbone_open():
             ft.set_backbone_bn_eval(self.model, self.heads)
         return self
-
-    def _backbone_open_safe(self) -> bool:
-        try:
-            return self.backbone_open()
-        except RuntimeError:  # no trainer attached yet
-            return False
 
     def on_fit_start(self) -> None:
         tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)

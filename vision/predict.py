@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torchvision.transforms import v2
 
-from vision.data import IMG_EXTENSIONS, load_image
+from vision.data import IMG_EXTENSIONS, eval_transform, load_image
 from zoo.errors import ZooError
 
 
@@ -30,8 +29,7 @@ def image_files(target: str | None) -> list[Path]:
 def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
     hp = model.hparams
     mode = "L" if hp.in_chans == 1 else "RGB"
-    transform = v2.Compose([v2.ToImage(), v2.Resize(hp.image_size, antialias=True), v2.CenterCrop(hp.image_size),
-                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(hp.mean, hp.std)])
+    transform = eval_transform(hp.image_size, hp.mean, hp.std)
     k = min(int(cfg.predict.get("top_k", 5)), hp.num_classes)
     batch_size = int(cfg.predict.get("batch_size", 32))
     files = image_files(input)

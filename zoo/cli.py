@@ -230,26 +230,17 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
     if verb == "predict":
         overrides.append("logger=none")
-    from zoo.config import check_overrides, register_resolvers
+    from zoo.config import check_overrides, compose, register_resolvers
 
     register_resolvers()
     check_overrides(overrides)
-    cfg = _compose(overrides)
+    cfg = compose(overrides)
     from zoo import run
 
     if verb == "test":
         run.test(cfg, str(path))
     else:
         run.predict(cfg, str(path))
-
-
-def _compose(overrides: list[str]):  # noqa: ANN202
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(_config_dir()), version_base=None):
-        return compose("train", overrides=overrides)
 
 
 # ------------------------------------------------------------------------------------------------------ list

@@ -59,13 +59,25 @@ def describe(group: str, name: str) -> str:
     return ""
 
 
+def compose(overrides: list[str], config_name: str = "train"):  # noqa: ANN201 - a DictConfig
+    """Compose the config tree once, outside a Hydra app (Hydra's global state is cleared before and after)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+            return hydra_compose(config_name, overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def check_overrides(overrides: list[str], config_name: str = "train") -> None:
     """Compose once up front so that a bad override fails with one clear line instead of Hydra's report.
 
     Sweep overrides (`a=1,2`) are checked with their first value.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
@@ -79,14 +91,10 @@ def check_overrides(overrides: list[str], config_name: str = "train") -> None:
             first = next(iter(o.sweep_string_iterator()))
             text = f"{o.get_key_element()}={first}"
         single.append(text)
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
-            compose(config_name, overrides=single)
+        compose(single, config_name)
     except Exception as e:  # noqa: BLE001
         raise ZooError(explain(e, single)) from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def _first_line(e: BaseException) -> str:
@@ -119,22 +127,16 @@ def explain(e: BaseException, overrides: list[str]) -> str:
 
 
 def _did_you_mean(key: str, overrides: list[str]) -> str:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     parent, _, leaf = key.rpartition(".")
     rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
-            cfg = compose("train", overrides=rest)
+        cfg = compose(rest)
         node = OmegaConf.select(cfg, parent) if parent else cfg
         keys = list(node.keys()) if hasattr(node, "keys") else []
     except Exception:  # noqa: BLE001 - only a hint
         return ""
-    finally:
-        GlobalHydra.instance().clear()
     if leaf in [str(k) for k in keys]:
         return f" (it exists, but its value cannot be merged: set its sub-keys, e.g. +{key}.<name>=...)"
     near = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)

@@ -43,17 +43,12 @@ def make_runner(tmp_path: Path):
 
 
 def compose(overrides: list[str] | None = None):
-    """The composed train config (hydra's run-dir interpolation replaced by a tmp-friendly run_dir)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from zoo.config import CONFIG_DIR, register_resolvers
+    """The composed train config, with a fixed run_dir (Hydra's run-dir interpolation needs a Hydra app)."""
+    from zoo.config import compose as compose_config
+    from zoo.config import register_resolvers
 
     register_resolvers()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
-        return hydra_compose("train", overrides=["run_dir=/tmp/zoo-test-run", *(overrides or [])])
+    return compose_config(["run_dir=/tmp/zoo-test-run", *(overrides or [])])
 
 
 def run_dirs(root: Path, task: str) -> list[Path]:
