@@ -13,9 +13,9 @@ from .crnn import CRNN
 
 # name -> (class, default kwargs); a name is a preset over the two architectures.
 MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
-    "bilstm": (CRNN, {"rnn": "lstm", "hidden": 256, "layers": 3}),
-    "bilstm_small": (CRNN, {"rnn": "lstm", "hidden": 128, "layers": 2}),
-    "bigru": (CRNN, {"rnn": "gru", "hidden": 256, "layers": 3}),
+    "bilstm": (CRNN, {"rnn": "lstm", "hidden": 256, "layers": 3, "norm": True}),
+    "bilstm_small": (CRNN, {"rnn": "lstm", "hidden": 128, "layers": 2, "norm": True}),
+    "bigru": (CRNN, {"rnn": "gru", "hidden": 256, "layers": 3, "norm": True}),
     "conformer_s": (ConformerCTC, {"d_model": 144, "layers": 16, "heads": 4, "ffn": 576, "kernel": 31}),
     "conformer_xs": (ConformerCTC, {"d_model": 96, "layers": 4, "heads": 4, "ffn": 384, "kernel": 15}),
 }

@@ -9,11 +9,13 @@ from torch import nn
 class Conv2dSubsample(nn.Module):
     """(B, n_mels, F) -> (B, F//4-ish, d_out); lengths follow the exact conv arithmetic (kernel 3, stride 2, pad 1)."""
 
-    def __init__(self, n_mels: int, d_out: int, channels: int = 32, dropout: float = 0.1) -> None:
+    def __init__(self, n_mels: int, d_out: int, channels: int = 32, dropout: float = 0.1, norm: bool = False) -> None:
         super().__init__()
+        # norm: BatchNorm after each conv (Deep Speech 2); it shortens the CTC plateau of the small RNN models.
+        bn = (lambda: nn.BatchNorm2d(channels)) if norm else nn.Identity
         self.conv = nn.Sequential(
-            nn.Conv2d(1, channels, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(channels, channels, 3, stride=2, padding=1), nn.GELU())
+            nn.Conv2d(1, channels, 3, stride=2, padding=1), bn(), nn.GELU(),
+            nn.Conv2d(channels, channels, 3, stride=2, padding=1), bn(), nn.GELU())
         freq = (n_mels + 1) // 2
         freq = (freq + 1) // 2
         self.proj = nn.Linear(channels * freq, d_out)
