@@ -182,13 +182,6 @@ class DCGAN(L.LightningModule):
 
     # ------------------------------------------------------------------------------------------------ evaluation
     def setup(self, stage: str) -> None:
-        from lightning.pytorch.strategies import DDPStrategy
-
-        strategy = self.trainer.strategy if self._trainer is not None else None
-        if isinstance(strategy, DDPStrategy):
-            # D steps leave G without gradients and G steps leave D without: DDP must look for unused parameters.
-            # (Set here because the strategy wraps the module after setup; a zoo-level switch would be cleaner.)
-            strategy._ddp_kwargs["find_unused_parameters"] = True
         # object.__setattr__: judges are not part of the model (kept out of state_dict, DDP and checkpoints)
         if stage in ("fit", "validate", "test") and self._evaluator is None:
             object.__setattr__(self, "_evaluator", self._build_evaluator())

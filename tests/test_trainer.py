@@ -76,3 +76,18 @@ def test_worker_wrapped_error_keeps_the_original_line():
     wrapped = ZooError("Caught ZooError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
                        '  File "x.py", line 1\nzoo.errors.ZooError: cannot read image a.png; remove it')
     assert one_line(wrapped) == "cannot read image a.png; remove it"
+
+
+def test_find_unused_parameters_switch_maps_every_ddp_spelling():
+    def strategy(**t):
+        return zt.trainer_kwargs({"accelerator": "cpu", "find_unused_parameters": True, **t})["strategy"]
+
+    assert strategy(strategy="ddp", devices=2) == "ddp_find_unused_parameters_true"
+    assert strategy(strategy="ddp_spawn", devices=2) == "ddp_spawn_find_unused_parameters_true"
+    assert strategy(strategy="auto", devices=2) == "ddp_find_unused_parameters_true"  # auto would pick DDP
+    assert strategy(strategy="auto", devices=1) == "auto"  # one process: nothing to find
+    assert strategy(strategy="fsdp", devices=2) == "fsdp"
+    ddp = strategy(strategy={"_target_": "lightning.pytorch.strategies.DDPStrategy"}, devices=2)
+    assert ddp._ddp_kwargs["find_unused_parameters"] is True
+    off = zt.trainer_kwargs({"accelerator": "cpu", "strategy": "ddp", "devices": 2})
+    assert off["strategy"] == "ddp" and "find_unused_parameters" not in off

@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
-ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads")
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads",
+            "find_unused_parameters")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -43,11 +44,36 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
     kwargs["precision"] = resolve_precision(t.get("precision", "auto"), accelerator)
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
+    if t.get("find_unused_parameters"):
+        if strategy in (None, "auto") and device_count(t.get("devices", "auto"), accelerator) * int(t.get("num_nodes") or 1) > 1:
+            strategy = "ddp"  # what Lightning's "auto" picks for several CPU/GPU processes
+        strategy = kwargs["strategy"] = with_find_unused(strategy)
     if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
         from zoo.run import instantiate
 
         kwargs["strategy"] = instantiate(strategy)
     return kwargs
+
+
+def device_count(devices: Any, accelerator: str) -> int:
+    """How many processes per node `devices` means (Lightning's rules: int, list of ids, "auto"/-1 = all)."""
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, str) and "," in devices:
+        return len([d for d in devices.split(",") if d.strip()])
+    if str(devices) in ("auto", "-1"):
+        return torch.cuda.device_count() if cuda_wanted(accelerator) else 1
+    return int(devices)
+
+
+def with_find_unused(strategy: Any) -> Any:
+    """DDP that tolerates parameters without gradients in a step (a GAN's D step leaves G's unused): Lightning's
+    registered `*_find_unused_parameters_true` names, or the kwarg on a DDPStrategy mapping; others unchanged."""
+    if isinstance(strategy, str) and strategy in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
+        return f"{strategy}_find_unused_parameters_true"
+    if isinstance(strategy, dict) and "DDPStrategy" in str(strategy.get("_target_", "")):
+        return {**strategy, "find_unused_parameters": True}
+    return strategy
 
 
 def apply_global_switches(tcfg: DictConfig) -> None:
