@@ -28,7 +28,19 @@ NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 ZOO = [sys.executable, "-c", "import sys; from zoo.cli import main; main(sys.argv[1:])"]
 
 
-def write_manifests(data: Path, held_out: str, out: Path) -> Path:
+def synth_digit_rows(folder: Path) -> list[dict]:
+    """Training rows of a zoo eSpeak corpus (speech/synth.py) whose transcript is digits only: many synthetic
+    voices beside FSDD's 3 human ones (multi-condition training)."""
+    rows = []
+    with open(folder / "train.jsonl") as fh:
+        for line in fh:
+            r = json.loads(line)
+            if all(w in NAMES for w in r["text"].split()):
+                rows.append({"audio_filepath": str((folder / r["audio_filepath"]).resolve()), "text": r["text"]})
+    return rows
+
+
+def write_manifests(data: Path, held_out: str, out: Path, extra_train: list[dict] | None = None) -> Path:
     files = sorted(data.glob("*.wav"))
     if not files:
         raise SystemExit(f"no FSDD wav files in {data}: the benchmark needs ../shared/data/fsdd")
@@ -38,6 +50,7 @@ def write_manifests(data: Path, held_out: str, out: Path) -> Path:
         row = {"audio_filepath": str(f.resolve()), "text": NAMES[int(digit)]}
         key = "test" if speaker == held_out else ("val" if int(index) < 5 else "train")
         split[key].append(row)
+    split["train"] += extra_train or []
     (out / "test_audio").mkdir(parents=True, exist_ok=True)
     for name, rows in split.items():
         with open(out / f"{name}.jsonl", "w") as fh:
@@ -49,9 +62,13 @@ def write_manifests(data: Path, held_out: str, out: Path) -> Path:
     return out
 
 
-def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
+def run_fold(data: Path, speaker: str, extra: list[str], env: dict, mix: list[dict], lexicon: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"fsdd-{speaker}-") as tmp:
-        m = write_manifests(data, speaker, Path(tmp))
+        m = write_manifests(data, speaker, Path(tmp), mix)
+        decode = []
+        if lexicon:  # flashlight beam search restricted to the ten digit words
+            (m / "digits.lex").write_text("".join(f"{w}\t{' '.join(w)} |\n" for w in NAMES))
+            decode = ["predict.decoder=beam", f"predict.lexicon={m / 'digits.lex'}"]
         t0 = time.time()
         cmd = [*ZOO, "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
                f"task.data.train_manifest={m / 'train.jsonl'}", f"task.data.val_manifest={m / 'val.jsonl'}",
@@ -65,7 +82,7 @@ def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
         metrics = {k: float(v) for k, v in re.findall(r"^\s+(test/\w+)\s+([0-9.]+)$", proc.stdout, re.M)}
         train_s = time.time() - t0
         pred = subprocess.run([*ZOO, "predict", f"ckpt_path={best}",
-                               f"input={m / 'test_audio'}", "predict.batch_size=32"], env=env, cwd=ROOT,
+                               f"input={m / 'test_audio'}", "predict.batch_size=32", *decode], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10 * 60, check=True)
         rows = [json.loads(line) for line in pred.stdout.splitlines() if line.startswith("{")]
         correct = sum(r.get("text") == NAMES[int(Path(r["file"]).stem.split("_")[0])] for r in rows)
@@ -77,13 +94,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "fsdd"))
     ap.add_argument("--speakers", default="george,jackson,lucas,nicolas")
+    ap.add_argument("--mix-synth", metavar="CORPUS_DIR",
+                    help="add the digit-only training utterances of a zoo eSpeak corpus at 8 kHz (e.g. "
+                         "~/.cache/zoo/speech/synth-<hash>) to every fold's training manifest")
+    ap.add_argument("--lexicon", action="store_true", help="decode with beam search over the ten digit words")
     args, extra = ap.parse_known_args()
     # One intra-op thread: on a busy 2-core machine two OpenMP threads spin against each other (6x slower
     # per step, measured); set OMP_NUM_THREADS=2 on an idle machine.
     env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    mix = synth_digit_rows(Path(args.mix_synth).expanduser()) if args.mix_synth else []
+    if mix:
+        print(f"# + {len(mix)} synthetic digit-only utterances in every training manifest", flush=True)
     results = []
     for speaker in args.speakers.split(","):
-        results.append(run_fold(Path(args.data), speaker, extra, env))
+        results.append(run_fold(Path(args.data), speaker, extra, env, mix, args.lexicon))
         print(json.dumps(results[-1]), flush=True)
     mean = sum(r["word_acc"] for r in results) / len(results)
     print(json.dumps({"mean_word_acc": round(mean, 4), "overrides": extra}))
