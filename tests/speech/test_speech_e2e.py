@@ -67,3 +67,36 @@ def test_broken_manifest_stops_with_line_number(run_zoo, tmp_path):
     proc = run_zoo("train", *FAST, f"task.data.train_manifest={train}", f"task.data.val_manifest={val}", env=ENV)
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert "train.jsonl:9: missing field(s) text" in proc.stdout
+
+
+def test_ddp_bf16_resume_and_finetune_with_new_characters(run_zoo, tmp_path):
+    """DDP with 2 CPU ranks under bf16-mixed, then resume that run for one more epoch, then fine-tune its
+    checkpoint on data with a character the old vocabulary lacks (appended, old rows kept)."""
+    train, val = _corpus(tmp_path)
+    data = [f"task.data.train_manifest={train}", f"task.data.val_manifest={val}"]
+    proc = run_zoo("train", *FAST, *data, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                   "trainer.precision=bf16-mixed", "trainer.num_sanity_val_steps=0", env=ENV, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    run = run_dirs(tmp_path, "speech/ctc")[-1]
+    last = run / "checkpoints" / "last.ckpt"
+    before = torch.load(last, map_location="cpu", weights_only=True)
+
+    proc = run_zoo("train", f"ckpt_path={run}", "trainer.max_epochs=2", "trainer.enable_progress_bar=false", env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    after = torch.load(last, map_location="cpu", weights_only=True)  # same run dir, continued
+    assert after["epoch"] > before["epoch"] and after["global_step"] > before["global_step"]
+
+    rows = [json.loads(line) for line in Path(train).read_text().splitlines()]
+    for r in rows[:2]:
+        r["text"] = "one two three"  # brings 'h' (and 'r') the base vocabulary ("one two") lacks
+    new_train = tmp_path / "new.jsonl"
+    new_train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run_zoo("train", *FAST, f"task.data.train_manifest={new_train}", f"task.data.val_manifest={val}",
+                   "task.data.chars=null", f"task.module.init_from={last}", f"+task.data.base_vocab_from={last}",
+                   env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    tuned = torch.load(next((run_dirs(tmp_path, "speech/ctc")[-1] / "checkpoints").glob("best*.ckpt")),
+                       map_location="cpu", weights_only=True)
+    old = torch.load(last, map_location="cpu", weights_only=True)["hyper_parameters"]["vocab"]
+    vocab = tuned["hyper_parameters"]["vocab"]
+    assert vocab[: len(old)] == old and {"h", "r"} <= set(vocab[len(old):])
