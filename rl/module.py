@@ -221,9 +221,10 @@ class PPO(LightningModule):
         """Per-update scalars go straight to the loggers: `self.log` costs ~1 ms per key in Lightning's result
         bookkeeping, which was 12% of a CartPole update. Nothing monitors them; `val/return` still goes through
         `self.log` for checkpointing and early stopping."""
-        if self.collector.recent and self.trainer.progress_bar_callback is not None:
-            self.log("rollout/return_last20", float(np.mean(self.collector.recent)), prog_bar=True, logger=False,
-                     on_step=True, on_epoch=False, batch_size=1, rank_zero_only=True)
+        last20 = float(np.mean(self.collector.recent)) if self.collector.recent else None
+        if last20 is not None and self.trainer.progress_bar_callback is not None:
+            self.log("rollout/return_last20", last20, prog_bar=True, logger=False, on_step=True, on_epoch=False,
+                     batch_size=1, rank_zero_only=True)
         every = max(1, self.trainer.log_every_n_steps)
         if self.global_rank != 0 or not self.loggers or (self.update % every and self.update < self.num_updates):
             return
@@ -238,8 +239,8 @@ class PPO(LightningModule):
         if roll.episode_returns:
             out["rollout/return"] = float(np.mean(roll.episode_returns))
             out["rollout/length"] = float(np.mean(roll.episode_lengths))
-        if self.collector.recent:
-            out["rollout/return_last20"] = float(np.mean(self.collector.recent))
+        if last20 is not None:
+            out["rollout/return_last20"] = last20
         for logger in self.loggers:
             logger.log_metrics(out, step=self.trainer.global_step)
 

@@ -31,13 +31,10 @@ ZOO = [sys.executable, "-c", "import sys; from zoo.cli import main; main(sys.arg
 def synth_digit_rows(folder: Path) -> list[dict]:
     """Training rows of a zoo eSpeak corpus (speech/synth.py) whose transcript is digits only: many synthetic
     voices beside FSDD's 3 human ones (multi-condition training)."""
-    rows = []
-    with open(folder / "train.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if all(w in NAMES for w in r["text"].split()):
-                rows.append({"audio_filepath": str((folder / r["audio_filepath"]).resolve()), "text": r["text"]})
-    return rows
+    from speech.manifest import read_manifest  # resolves the corpus' relative paths
+
+    return [{"audio_filepath": u.path, "text": u.text} for u in read_manifest(str(folder / "train.jsonl"))
+            if all(w in NAMES for w in u.text.split())]
 
 
 def write_manifests(data: Path, held_out: str, out: Path, extra_train: list[dict] | None = None) -> Path:

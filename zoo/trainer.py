@@ -45,7 +45,8 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
     if t.get("find_unused_parameters"):
-        if strategy in (None, "auto") and device_count(t.get("devices", "auto"), accelerator) * int(t.get("num_nodes") or 1) > 1:
+        processes = device_count(t.get("devices", "auto"), accelerator) * int(t.get("num_nodes") or 1)
+        if strategy in (None, "auto") and processes > 1:
             strategy = "ddp"  # what Lightning's "auto" picks for several CPU/GPU processes
         strategy = kwargs["strategy"] = with_find_unused(strategy)
     if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
@@ -56,14 +57,14 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
 
 
 def device_count(devices: Any, accelerator: str) -> int:
-    """How many processes per node `devices` means (Lightning's rules: int, list of ids, "auto"/-1 = all)."""
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if isinstance(devices, str) and "," in devices:
-        return len([d for d in devices.split(",") if d.strip()])
-    if str(devices) in ("auto", "-1"):
-        return torch.cuda.device_count() if cuda_wanted(accelerator) else 1
-    return int(devices)
+    """How many processes per node `devices` means, parsed by Lightning's own accelerator (int, ids, "auto")."""
+    from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+
+    acc = CUDAAccelerator if cuda_wanted(accelerator) else CPUAccelerator
+    if devices in (None, "auto"):
+        return acc.auto_device_count()
+    parsed = acc.parse_devices(devices)
+    return len(parsed) if isinstance(parsed, (list, tuple)) else int(parsed or 0)
 
 
 def with_find_unused(strategy: Any) -> Any:

@@ -11,8 +11,7 @@ from .subsample import Conv2dSubsample
 
 class CRNN(nn.Module):
     def __init__(self, n_mels: int, vocab_size: int, rnn: str = "lstm", hidden: int = 256, layers: int = 3,
-                 dropout: float = 0.15, conv_channels: int = 32,
-                 norm: bool = False) -> None:
+                 dropout: float = 0.15, conv_channels: int = 32, norm: bool = False) -> None:
         super().__init__()
         self.subsample = Conv2dSubsample(n_mels, hidden, channels=conv_channels, dropout=dropout, norm=norm)
         cell = {"lstm": nn.LSTM, "gru": nn.GRU}[rnn]

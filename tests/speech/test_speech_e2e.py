@@ -97,6 +97,6 @@ def test_ddp_bf16_resume_and_finetune_with_new_characters(run_zoo, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     tuned = torch.load(next((run_dirs(tmp_path, "speech/ctc")[-1] / "checkpoints").glob("best*.ckpt")),
                        map_location="cpu", weights_only=True)
-    old = torch.load(last, map_location="cpu", weights_only=True)["hyper_parameters"]["vocab"]
+    old = after["hyper_parameters"]["vocab"]
     vocab = tuned["hyper_parameters"]["vocab"]
     assert vocab[: len(old)] == old and {"h", "r"} <= set(vocab[len(old):])
