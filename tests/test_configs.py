@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from zoo.run import instantiate
 
-from zoo.config import options
+from zoo.config import instantiate, options
 from zoo.testing import compose
 
 

@@ -263,7 +263,7 @@ def _list_task(task: str) -> None:
     from omegaconf import OmegaConf
 
     from zoo.config import options
-    from zoo.run import import_attr
+    from zoo.config import import_attr
 
     if task not in options("task"):
         raise ZooError(f"unknown task '{task}': available: {', '.join(options('task'))}")

@@ -8,6 +8,7 @@ import os
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from zoo.errors import ZooError
 
@@ -141,3 +142,36 @@ def _did_you_mean(key: str, overrides: list[str]) -> str:
         return f" (it exists, but its value cannot be merged: set its sub-keys, e.g. +{key}.<name>=...)"
     near = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
     return f" (did you mean {parent + '.' if parent else ''}{near[0]}?)" if near else ""
+
+
+# ------------------------------------------------------------------------------ config -> objects
+def plain(cfg: Any) -> dict:
+    """A DictConfig -> plain, resolved containers (what checkpoints and hparams store)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def import_attr(spec: str) -> Any:
+    """'package.module:function' -> the object."""
+    import importlib
+
+    mod, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def instantiate(config: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, but a ZooError raised inside a constructor reaches the CLI as itself
+    (Hydra wraps it in a multi-line InstantiationException)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate as hydra_instantiate
+
+    try:
+        return hydra_instantiate(config, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, ZooError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise

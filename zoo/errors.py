@@ -21,3 +21,11 @@ def one_line(exc: BaseException) -> str:
         prefix = f"{type(exc).__module__}.{type(exc).__name__}: "
         text = last[len(prefix):] if last.startswith(prefix) else last
     return " ".join(text.split())
+
+
+class NoOptimizerError(ZooError):
+    """Training a module that was built for inference (load_from_checkpoint without an optimizer)."""
+
+    def __init__(self, module: object) -> None:
+        super().__init__(f"{type(module).__name__} was built without an optimizer (load_from_checkpoint is for "
+                         "inference); train it through `python -m zoo train`, or pass optimizer=<partial>")

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from zoo.errors import NoOptimizerError
+
 
 def no_decay(name: str, param: nn.Parameter) -> bool:
     """Biases and norm weights (any 1-d parameter) get no weight decay, as in BERT and timm."""
@@ -66,10 +68,15 @@ def warmup_schedule(
     return LambdaLR(optimizer, [for_group(g) for g in optimizer.param_groups])
 
 
+def require_optimizer(module: Any) -> None:
+    """Every task's configure_optimizers starts here: one error type for a module built without an optimizer."""
+    if getattr(module, "optimizer_factory", None) is None:
+        raise NoOptimizerError(module)
+
+
 def configure(module: Any, params: Iterable | list[dict]) -> dict | torch.optim.Optimizer:
     """configure_optimizers body: the task's optimizer partial, plus its scheduler partial stepped per batch."""
-    if module.optimizer_factory is None:
-        raise ValueError("module was built without an optimizer (load_from_checkpoint is for inference)")
+    require_optimizer(module)
     groups = list(params)
     # LambdaLR multiplies the initial lr; groups without a scheduler still honour lr_scale.
     optimizer = module.optimizer_factory(_strip_private(groups))

@@ -10,40 +10,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.config import import_attr, instantiate, plain
 from zoo.errors import ZooError
 
 log = logging.getLogger("zoo")
 
 CHILD_CONFIG_ENV = "ZOO_CHILD_CONFIG"  # set by rank 0 before fit; DDP children read their config from it
-
-
-def plain(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-def import_attr(spec: str) -> Any:
-    """'package.module:function' -> the object."""
-    import importlib
-
-    mod, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(mod), attr)
-
-
-def instantiate(config: Any, **kwargs: Any) -> Any:
-    """hydra.utils.instantiate, but a ZooError raised inside a constructor reaches the CLI as itself
-    (Hydra wraps it in a multi-line InstantiationException)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate as hydra_instantiate
-
-    try:
-        return hydra_instantiate(config, **kwargs)
-    except InstantiationException as e:
-        cause = e.__cause__
-        while cause is not None and not isinstance(cause, ZooError):
-            cause = cause.__cause__
-        if cause is not None:
-            raise cause from None
-        raise
 
 
 def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:

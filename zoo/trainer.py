@@ -50,7 +50,7 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
             strategy = "ddp"  # what Lightning's "auto" picks for several CPU/GPU processes
         strategy = kwargs["strategy"] = with_find_unused(strategy)
     if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
-        from zoo.run import instantiate
+        from zoo.config import instantiate
 
         kwargs["strategy"] = instantiate(strategy)
     return kwargs

@@ -1,0 +1,38 @@
+"""Image files shared by the image domains (vision, gan): which suffixes count, and a check of every file before
+training starts, so that a folder with unreadable images fails once, up front, naming all of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from zoo.errors import ZooError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
+
+
+def is_image_file(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS
+
+
+def unreadable_images(paths: Iterable[Path]) -> list[Path]:
+    """The files PIL cannot identify or decode. `verify()` reads headers and structure without decoding pixels,
+    so a few thousand photos take about a second."""
+    from PIL import Image
+
+    bad = []
+    for p in paths:
+        try:
+            with Image.open(p) as im:
+                im.verify()
+        except Exception:  # noqa: BLE001 - PIL raises many types for broken files; each one means unreadable
+            bad.append(Path(p))
+    return bad
+
+
+def check_images(paths: Iterable[Path], where: str) -> None:
+    """Raise one ZooError naming the unreadable files (the first few and a count) under `where`."""
+    bad = unreadable_images(paths)
+    if bad:
+        shown = ", ".join(str(p) for p in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ZooError(f"{len(bad)} unreadable image file(s) under {where}: {shown}; remove or replace them")
