@@ -38,17 +38,27 @@ def _batch_size(batch: Any) -> int:
 
 
 class Throughput(Callback):
-    """Logs `train/samples_per_sec` and `train/step_ms` per epoch (wall clock over the epoch's training batches)."""
+    """Logs `train/samples_per_sec` and `train/step_ms` per epoch (wall clock over the epoch's training batches).
+
+    The counters start in `on_train_start` as well as at each epoch start: a run resumed from a mid-epoch checkpoint
+    (what SIGTERM saves) begins inside an epoch, where Lightning skips `on_train_epoch_start`.
+    """
+
+    def _reset(self) -> None:
+        self._t0, self._samples, self._steps = time.perf_counter(), 0, 0
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._reset()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._t0, self._samples, self._steps = time.perf_counter(), 0, 0
+        self._reset()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._samples += _batch_size(batch)
         self._steps += 1
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        dt = time.perf_counter() - getattr(self, "_t0", time.perf_counter())
+        dt = time.perf_counter() - self._t0
         if self._steps and dt > 0:
             world = trainer.world_size
             if self._samples:  # batches that are not tensors (e.g. an RL update index) carry no sample count

@@ -55,3 +55,34 @@ def run_dirs(root: Path, task: str) -> list[Path]:
     base = root / "outputs" / task
     return sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(("test_", "predict_"))) \
         if base.is_dir() else []
+
+
+class SigtermAfter:
+    """A test callback that sends this process a real SIGTERM once training crosses `step` optimizer steps, so a
+    test can stop a run mid-epoch deterministically (as SLURM or `kill` would) and then resume it.
+
+    It fires only when the run started below `step`: the resumed run, which re-applies the same overrides, goes on.
+    Add it with `+callbacks.sigterm._target_=zoo.testing.SigtermAfter +callbacks.sigterm.step=N`.
+    """
+
+    def __new__(cls, step: int):  # noqa: ANN204 - built lazily so importing zoo.testing needs no lightning
+        import signal
+
+        from lightning.pytorch.callbacks import Callback
+
+        class _SigtermAfter(Callback):
+            def __init__(self) -> None:
+                self.start: int | None = None
+
+            def on_train_start(self, trainer, pl_module) -> None:  # noqa: ANN001
+                self.start = trainer.global_step
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+                if self.start is not None and self.start < step <= trainer.global_step:
+                    self.start = None
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        return _SigtermAfter()
+
+
+SIGTERM_AT = "+callbacks.sigterm._target_=zoo.testing.SigtermAfter"
