@@ -25,6 +25,7 @@ from rl.models import build_agent
 from rl.rollout import Batch, Collector
 from zoo import tb
 from zoo.errors import ZooError
+from zoo.optim import require_optimizer
 
 # Ticks has a length on purpose (Lightning sizes the epoch from it); it is never split across loader workers.
 warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__` defined")
@@ -307,9 +308,7 @@ class PPO(LightningModule):
             torch.set_rng_state(state["torch_rng"])  # resume draws the same actions an uninterrupted run would
 
     def configure_optimizers(self) -> Any:
-        if self.optimizer_factory is None:
-            raise ZooError("this PPO module was built without an optimizer (load_from_checkpoint is for "
-                           "evaluation); train through `python -m zoo train task=rl/ppo`")
+        require_optimizer(self)
         opt = self.optimizer_factory(self.agent.parameters())
         for g in opt.param_groups:
             g.setdefault("initial_lr", g["lr"])  # the annealing base, kept in the optimizer's state on resume

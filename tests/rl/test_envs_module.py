@@ -134,3 +134,10 @@ def test_pretrained_loads_weights_and_statistics_and_checks_spaces(tmp_path) -> 
     assert torch.equal(m.collector.obs_rms.mean, src.collector.obs_rms.mean)
     with pytest.raises(ZooError, match="pretrained=.*CartPole-v1.*the spaces must match"):
         module(env={"id": "Acrobot-v1"}, pretrained=str(path))
+
+
+def test_training_a_module_without_optimizer_is_the_shared_error() -> None:
+    from zoo.errors import NoOptimizerError
+
+    with pytest.raises(NoOptimizerError, match="PPO was built without an optimizer"):
+        module().configure_optimizers()
