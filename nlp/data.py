@@ -64,7 +64,8 @@ class TextDataModule(pl.LightningDataModule):
 
     def __init__(self, tokenizer: str, dataset: str = "auto", train_file: str | None = None,
                  val_file: str | None = None, test_file: str | None = None, format: str = "auto",
-                 header: bool = False, text_column: str | int = 1, text_pair_column: str | int | None = None,
+                 header: bool = False, encoding: str = "utf-8", text_column: str | int = 1,
+                 text_pair_column: str | int | None = None,
                  label_column: str | int = 0, task_type: str = "classification", label_names: list | None = None,
                  max_length: int = 128, batch_size: int = 32, eval_batch_size: int = 64, group_by_length: bool = True,
                  pad_to_multiple_of: int | None = None, val_fraction: float = 0.1, builtin_size: int = 2000,
@@ -84,7 +85,8 @@ class TextDataModule(pl.LightningDataModule):
         self.dataset = dataset
         self.paths = {"train": train_file, "val": val_file, "test": test_file}
         self.columns = dict(text_column=text_column, text_pair_column=text_pair_column, label_column=label_column)
-        self.format, self.header = format, header
+        files.check_encoding(encoding)
+        self.format, self.header, self.encoding = format, header, encoding
         self.task_type = task_type
         self.label_names = [str(x) for x in label_names] if label_names else None
         self.metrics = ["acc"] if task_type == "classification" else ["pearson", "spearman"]
@@ -117,7 +119,7 @@ class TextDataModule(pl.LightningDataModule):
             for split, path in self.paths.items():
                 if path:
                     self.rows[split] = files.read_rows(path, self.format, self.header, self.columns["text_column"],
-                                                       self.columns["text_pair_column"], label)
+                                                       self.columns["text_pair_column"], label, self.encoding)
             if "val" not in self.rows:
                 self._split_val()
         self._check_labels()
@@ -215,12 +217,15 @@ class TextDataModule(pl.LightningDataModule):
         return self._loader("test", False)
 
     def check_model(self, module: Any) -> None:
-        """Called by `zoo test/predict` with a trained module: its labels must be the data's labels."""
+        """The one check that a trained module fits this data (same task type, same labels in the same order).
+
+        `zoo test/predict` calls it before building a trainer; the module's `setup` calls it for fit and resume.
+        """
         hp = module.hparams
         if hp.get("task_type") != self.task_type:
             raise ZooError(f"the checkpoint does {hp.get('task_type')} but the data is {self.task_type}; "
-                           "evaluate it on data of the same kind")
+                           "use data of the same kind as the checkpoint")
         if list(hp.get("label_names") or []) != list(self.label_names or []):
             raise ZooError(f"the checkpoint's labels {hp.get('label_names')} differ from the data's "
-                           f"{self.label_names}; evaluate on data with the same label set "
-                           "(or set task.data.label_names=[...] in the checkpoint's order)")
+                           f"{self.label_names}; use data with the same label set (or set task.data.label_names=[...] "
+                           "in the checkpoint's order), or fine-tune a new run with task.module.encoder=<run>/hf_model")

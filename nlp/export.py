@@ -3,20 +3,21 @@
 `export_hf` writes config.json (with id2label/label2id), model.safetensors and the tokenizer files, loadable with
 `AutoModelForSequenceClassification.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)`.
 `HFExport` does it at the end of fit with the best checkpoint's weights: `<run_dir>/hf_model/`.
-From a checkpoint by hand: `python -m nlp.export <ckpt> <out_dir>`.
+From a checkpoint by hand: `python -m nlp.export_cli <ckpt> <out_dir>` (its own file: it needs nlp.module, which
+imports this one).
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch.callbacks import Callback
+
+from zoo.checkpoint import load_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -82,21 +83,7 @@ class HFExport(Callback):
         ckpt = trainer.checkpoint_callback
         best = getattr(ckpt, "best_model_path", "") if ckpt is not None else ""
         if best and Path(best).is_file():
-            state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+            state = load_checkpoint(best)["state_dict"]
         out = export_hf(pl_module, Path(trainer.default_root_dir) / self.dirname, state)
         log.info("saved the %s model in Hugging Face format to %s", "best" if state else "last", out)
 
-
-def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        raise SystemExit("usage: python -m nlp.export <checkpoint.ckpt> <out_dir>")
-    from nlp.module import SequenceClassifier
-    from zoo.checkpoint import load_checkpoint
-
-    load_checkpoint(argv[0])  # one clear line for a missing or corrupt file
-    module = SequenceClassifier.load_from_checkpoint(argv[0], map_location="cpu")
-    print(export_hf(module, argv[1]))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -1,12 +1,15 @@
 """Local text-classification files: CSV, TSV or JSONL, with or without a header, any column layout.
 
 Each reader returns rows `{"text": str, "text_pair": str | None, "label": str | None}`; every user mistake
-(missing file, empty file, unknown column, bad JSON, empty text) is one ZooError naming the file and line.
+(missing file, empty file, unknown column, bad JSON, empty text, bytes that are not in the file's encoding, a header
+line read as data) is one ZooError naming the file and line.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 import logging
 from pathlib import Path
@@ -33,6 +36,33 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     raise ZooError(f"cannot tell the format of {path} from its suffix; set task.data.format=csv|tsv|jsonl")
 
 
+def check_encoding(encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise ZooError(f"unknown task.data.encoding '{encoding}'; use a Python codec name such as utf-8, "
+                       "utf-8-sig, latin-1 or cp1252") from None
+
+
+def decode(raw: bytes, where: str | Path, encoding: str = "utf-8", key: str = "task.data.encoding") -> str:
+    """Bytes -> text; a byte the encoding cannot decode is one line with its line number and byte offset.
+
+    (Decoding all the bytes at once, rather than through a text stream, is what makes the offset exact.)
+    """
+    check_encoding(encoding)
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        bad = raw[e.start:e.end][:4].hex(" ")
+        raise ZooError(f"{where}:{line}: byte offset {e.start} (0x{bad}) is not valid {encoding} ({e.reason}); "
+                       f"set {key}=<the file's encoding>, e.g. {key}=latin-1 or {key}=cp1252") from None
+
+
+def read_text(path: Path, encoding: str = "utf-8", key: str = "task.data.encoding") -> str:
+    return decode(path.read_bytes(), path, encoding, key)
+
+
 def _column_index(col: Column, header: list[str] | None, path: Path, role: str) -> int | None:
     if col is None:
         return None
@@ -49,11 +79,11 @@ def _column_index(col: Column, header: list[str] | None, path: Path, role: str) 
                    "number, or task.data.header=true if the first line names the columns")
 
 
-def _read_delimited(path: Path, delimiter: str, header: bool, cols: dict[str, Column]) -> list[dict]:
-    with path.open(newline="", encoding="utf-8") as f:
-        # TSV files of tokenised text contain quote characters that are not CSV quoting.
-        reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-        lines = [(i + 1, r) for i, r in enumerate(reader) if r and any(c.strip() for c in r)]
+def _read_delimited(path: Path, delimiter: str, header: bool, cols: dict[str, Column], encoding: str) -> list[dict]:
+    f = io.StringIO(read_text(path, encoding), newline="")
+    # TSV files of tokenised text contain quote characters that are not CSV quoting.
+    reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    lines = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
     names = None
     if header:
         if not lines:
@@ -76,33 +106,54 @@ def _read_delimited(path: Path, delimiter: str, header: bool, cols: dict[str, Co
     return rows
 
 
-def _read_jsonl(path: Path, cols: dict[str, Column]) -> list[dict]:
+def _read_jsonl(path: Path, cols: dict[str, Column], encoding: str) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters splitlines() breaks at.
+    for lineno, line in enumerate(read_text(path, encoding).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZooError(f"{path}:{lineno}: not valid JSON ({e.msg}); JSONL needs one object per line") from None
+        if not isinstance(obj, dict):
+            raise ZooError(f"{path}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
+        row: dict = {"line": lineno}
+        for role, key in cols.items():
+            if key is None:
+                row[role] = None
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ZooError(f"{path}:{lineno}: not valid JSON ({e.msg}); JSONL needs one object per line") from None
-            if not isinstance(obj, dict):
-                raise ZooError(f"{path}:{lineno}: expected a JSON object per line, got {type(obj).__name__}")
-            row: dict = {"line": lineno}
-            for role, key in cols.items():
-                if key is None:
-                    row[role] = None
-                    continue
-                if str(key) not in obj:
-                    raise ZooError(f"{path}:{lineno}: no key '{key}' (has {sorted(obj)}); set task.data.{role}_column")
-                value = obj[str(key)]
-                row[role] = None if value is None else str(value).strip()
-            rows.append(row)
+            if str(key) not in obj:
+                raise ZooError(f"{path}:{lineno}: no key '{key}' (has {sorted(obj)}); set task.data.{role}_column")
+            value = obj[str(key)]
+            row[role] = None if value is None else str(value).strip()
+        rows.append(row)
     return rows
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def check_header_row(path: Path, rows: list[dict]) -> None:
+    """header=false, but the first row is a header read as data: its label (e.g. 'label') appears nowhere else
+    and every other label is a number. Training would quietly add a class named after the column."""
+    if len(rows) < 2:
+        return
+    first = rows[0]["label"]
+    others = [r["label"] for r in rows[1:]]
+    if first and not _is_number(first) and first not in others and all(_is_number(x) for x in others):
+        raise ZooError(f"{path}:{rows[0]['line']}: the first line looks like a header (label {first!r} appears only "
+                       "there, every other label is a number); set task.data.header=true "
+                       "(columns may then be named, e.g. task.data.text_column=sentence)")
+
+
 def read_rows(path: str | Path, fmt: str = "auto", header: bool = False, text_column: Column = 0,
-              text_pair_column: Column = None, label_column: Column = None) -> list[dict]:
+              text_pair_column: Column = None, label_column: Column = None, encoding: str = "utf-8") -> list[dict]:
     """Rows of one file. `label_column=None` reads unlabelled text (for predict)."""
     path = Path(path).expanduser()
     if not path.is_file():
@@ -110,9 +161,11 @@ def read_rows(path: str | Path, fmt: str = "auto", header: bool = False, text_co
     fmt = detect_format(path, fmt)
     cols = {"text": text_column, "text_pair": text_pair_column, "label": label_column}
     if fmt == "jsonl":
-        rows = _read_jsonl(path, cols)
+        rows = _read_jsonl(path, cols, encoding)
     else:
-        rows = _read_delimited(path, "," if fmt == "csv" else "\t", header, cols)
+        rows = _read_delimited(path, "," if fmt == "csv" else "\t", header, cols, encoding)
+        if not header and label_column is not None:
+            check_header_row(path, rows)
     empty = [r["line"] for r in rows if not r["text"]]
     if empty:
         # Real corpora have a few (CR's train.tsv has one): skip them loudly rather than fail or train on "".

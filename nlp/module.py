@@ -15,22 +15,18 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, ListConfig
 
 from nlp.export import HFExport, tokenizer_from_files, tokenizer_to_files
 from nlp.metrics import make_metrics
 from nlp.models import load_classifier, load_config, load_tokenizer, param_groups
 from zoo import tb
+from zoo.config import plain
 from zoo.errors import ZooError
 from zoo.optim import configure
 
 log = logging.getLogger(__name__)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def _plain(value: Any) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 class SequenceClassifier(pl.LightningModule):
@@ -45,7 +41,8 @@ class SequenceClassifier(pl.LightningModule):
         # hydra.instantiate(cfg, **model_kwargs) turns the data's plain lists into ListConfig, which
         # torch.load(weights_only=True) refuses: store plain lists.
         for key in ("label_names", "metrics", "encoder_config"):
-            self.hparams[key] = _plain(self.hparams[key])
+            value = self.hparams[key]
+            self.hparams[key] = plain(value) if isinstance(value, (DictConfig, ListConfig)) else value
         label_names, metrics = self.hparams.label_names, self.hparams.metrics
         if task_type == "classification" and not label_names:
             raise ZooError("classification needs label names (the data module provides them); "
@@ -186,14 +183,8 @@ class SequenceClassifier(pl.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if self.tokenizer is None and getattr(dm, "tokenizer", None) is not None:
             self.tokenizer = dm.tokenizer  # (data modules set up before the module)
-        if dm is not None and hasattr(dm, "label_names"):
-            if dm.task_type != self.hparams.task_type:
-                raise ZooError(f"the model does {self.hparams.task_type} but the data is {dm.task_type}; "
-                               "use data of the same kind as the checkpoint")
-            if list(dm.label_names or []) != list(self.hparams.label_names or []):
-                raise ZooError(f"the model's labels {self.hparams.label_names} differ from the data's "
-                               f"{dm.label_names}; use data with the same label set (task.data.label_names=[...]) "
-                               "or fine-tune a new run with task.module.encoder=<run>/hf_model")
+        if dm is not None and hasattr(dm, "check_model"):
+            dm.check_model(self)  # the task-type and label checks live once, in nlp.data
         ckpt = self.trainer.checkpoint_callback
         monitor = getattr(ckpt, "monitor", None)
         logged = {f"val/{n}" for n in self.metric_names} | {"val/loss"}

@@ -1,11 +1,13 @@
 """`zoo predict` for nlp/bert: one JSON line per input text, with the label and the class probabilities.
 
-input= is a text, a file (one text per line; a sentence pair as `first<TAB>second`), or a folder of .txt files.
-Options: predict.batch_size (32), predict.max_length (the training max_length, else 128).
+input= is a text, a file (one text per line; a sentence pair as `first<TAB>second`), a folder of .txt files, or `-`:
+standard input, one text per line (no shell or Hydra quoting needed). Options: predict.batch_size (32),
+predict.max_length (the training max_length, else 128), predict.encoding (of input files; else task.data.encoding).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,21 +15,32 @@ from typing import Any
 import torch
 
 from nlp.data import PAIR_SEP, tokenize
+from nlp.files import decode, read_text
 from nlp.sampler import pad_batch
 from zoo.errors import ZooError
 
 
-def read_inputs(input: str | None) -> list[tuple[str, str | None]]:
+def read_inputs(input: str | None, encoding: str = "utf-8") -> list[tuple[str, str | None]]:
     """(text, text_pair or None) per input line."""
     if input is None or not str(input).strip():
-        raise ZooError("nothing to predict; pass input=\"a sentence\" or input=<file with one text per line>")
+        raise ZooError("nothing to predict; pass input=\"a sentence\", input=<file with one text per line>, "
+                       "or input=- with one text per line on standard input")
     path = Path(str(input)).expanduser()
-    if path.is_dir():
-        lines = [line for p in sorted(path.glob("*.txt")) for line in p.read_text(encoding="utf-8").splitlines()]
+    key = "predict.encoding"
+    if str(input) == "-":
+        if sys.stdin is None:
+            raise ZooError("input=- reads texts from standard input, but this process has none; pipe them in, "
+                           "e.g. `cat texts.txt | python -m zoo predict ckpt_path=... input=-`")
+        if sys.stdin.isatty():
+            print("zoo: reading texts from standard input, one per line; end with Ctrl-D", file=sys.stderr)
+        lines = decode(sys.stdin.buffer.read(), "standard input", encoding, key).splitlines()
+        input = "standard input"
+    elif path.is_dir():
+        lines = [line for p in sorted(path.glob("*.txt")) for line in read_text(p, encoding, key).splitlines()]
         if not lines:
             raise ZooError(f"{path} holds no .txt files with text; put one text per line in .txt files")
     elif path.is_file():
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path, encoding, key).splitlines()
     else:
         lines = [str(input)]
     pairs = []
@@ -38,6 +51,12 @@ def read_inputs(input: str | None) -> list[tuple[str, str | None]]:
     if not pairs:
         raise ZooError(f"{input} has no non-empty lines to predict")
     return pairs
+
+
+def _encoding(cfg: Any) -> str:
+    opts = (cfg.get("predict") or {}) if cfg is not None else {}
+    data = cfg.get("task", {}).get("data") if cfg is not None else None
+    return str(opts.get("encoding") or (data.get("encoding") if data else None) or "utf-8")
 
 
 def _max_length(cfg: Any) -> int:
@@ -52,7 +71,7 @@ def _max_length(cfg: Any) -> int:
 def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
     if model.tokenizer is None:
         raise ZooError("this checkpoint carries no tokenizer; export it again from a run of this version")
-    items = read_inputs(input)
+    items = read_inputs(input, _encoding(cfg))
     opts = (cfg.get("predict") or {}) if cfg is not None else {}
     bs = int(opts.get("batch_size", 32))
     rows = [{"text": t, "text_pair": p, "label": None} for t, p in items]

@@ -157,3 +157,48 @@ def test_datamodule_loaders_use_grouping_and_expose_text(tiny_encoder):
         TextDataModule(tiny_encoder, dataset="glue/sst5")
     glue = TextDataModule(tiny_encoder, dataset="glue/stsb")  # nothing downloaded at construction
     assert glue.model_kwargs() == {"label_names": None, "task_type": "regression", "metrics": ["pearson", "spearman"]}
+
+
+def test_header_read_as_data_is_refused(tmp_path):
+    """issue 11: a 'label<TAB>sentence' header with header=false became a third class 'label'."""
+    train = write_tsv(tmp_path / "h.tsv", [("label", "sentence")] + [(str(i % 2), f"text {i}") for i in range(8)])
+    with pytest.raises(ZooError, match=r"h.tsv:1: the first line looks like a header .*task.data.header=true") as e:
+        TextDataModule("unused-tokenizer", train_file=str(train))
+    assert "\n" not in str(e.value)
+    dm = TextDataModule("unused-tokenizer", train_file=str(train), header=True)  # the fix the message names
+    assert dm.label_names == ["0", "1"]
+    # Not a header: word labels, or a numeric file whose first label occurs again.
+    words = write_tsv(tmp_path / "w.tsv", [("neg", "a"), ("pos", "b"), ("pos", "c")])
+    assert [r["label"] for r in read_rows(words, text_column=1, label_column=0)] == ["neg", "pos", "pos"]
+    nums = write_tsv(tmp_path / "n.tsv", [("2", "a"), ("0", "b"), ("2", "c")])
+    assert len(read_rows(nums, text_column=1, label_column=0)) == 3
+
+
+@pytest.mark.parametrize("name, content", [
+    ("latin.tsv", "1\tgood\n0\tna\u00efve caf\u00e9\n"),
+    ("latin.jsonl", '{"text": "good", "label": 1}\n{"text": "na\u00efve caf\u00e9", "label": 0}\n'),
+])
+def test_non_utf8_file_is_one_line_with_line_and_offset(tmp_path, name, content):
+    """issue 11: a latin-1 file ended in a multi-line Hydra error that printed the whole file."""
+    path = tmp_path / name
+    path.write_bytes(content.encode("latin-1"))
+    offset = content.encode("latin-1").index(b"\xef")
+    cols = {"text_column": "text", "label_column": "label"} if name.endswith("jsonl") else {}
+    with pytest.raises(ZooError) as e:
+        TextDataModule("unused-tokenizer", train_file=str(path), **cols)
+    msg = str(e.value)
+    assert f"{path}:2: byte offset {offset} (0xef)" in msg and "task.data.encoding=" in msg and "\n" not in msg
+    dm = TextDataModule("unused-tokenizer", train_file=str(path), val_file=str(path), encoding="latin-1", **cols)
+    assert [r["text"] for r in dm.rows["train"]] == ["good", "na\u00efve caf\u00e9"]
+    with pytest.raises(ZooError, match="unknown task.data.encoding 'klingon'"):
+        TextDataModule("unused-tokenizer", train_file=str(path), encoding="klingon", **cols)
+
+
+def test_predict_reads_standard_input_with_dash(monkeypatch):
+    import io
+
+    from nlp.predict import read_inputs
+
+    stdin = io.TextIOWrapper(io.BytesIO("first text, with commas\n\nsecond\tits pair\n".encode()), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert read_inputs("-") == [("first text, with commas", None), ("second", "its pair")]

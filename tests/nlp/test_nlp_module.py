@@ -145,3 +145,32 @@ def test_predict_prints_labels_and_probabilities(tmp_path, tiny_encoder):
     assert row["text"] == "the cat <SEP> the dog" and isinstance(row["score"], float)
     with pytest.raises(ZooError, match="nothing to predict"):
         list(predict(module, {}, None))
+
+
+def test_no_import_cycles_inside_nlp():
+    """issue 11: nlp/module.py <-> nlp/export.py imported each other (the export command line needed the module)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "nlp"
+    imports: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        name = ".".join(("nlp", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nlp"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("nlp"))
+        imports[name] = found
+    cycles = sorted((a, b) for a in imports for b in imports[a] if a < b and a in imports.get(b, ()))
+    assert cycles == [], cycles
+
+
+def test_export_command_line_gives_one_line_for_a_corrupt_checkpoint(tmp_path, capsys):
+    from nlp.export_cli import main
+
+    (tmp_path / "bad.ckpt").write_bytes(b"not a checkpoint")
+    assert main([str(tmp_path / "bad.ckpt"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error: checkpoint ") and "corrupt" in err and "\n" not in err
