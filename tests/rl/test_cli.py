@@ -4,12 +4,13 @@ test, predict, resume, DDP with 2 CPU processes, and the bad-input lines."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import pytest
 import torch
 
-from zoo.testing import run_dirs
+from zoo.testing import SIGTERM_AT, run_dirs
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +28,25 @@ def env_steps(rows: list[dict]) -> list[float]:
     return [float(r["train/env_steps"]) for r in rows if r.get("train/env_steps")]
 
 
+def with_(*overrides: str) -> list[str]:
+    """SHORT with some of its keys replaced (Hydra refuses the same key twice)."""
+    keys = {o.split("=")[0] for o in overrides}
+    return [o for o in SHORT if o.split("=")[0] not in keys] + list(overrides)
+
+
 def test_cartpole_train_test_predict_resume(run_zoo, tmp_path: Path) -> None:
-    p = run_zoo("train", *SHORT, "test_after_fit=false", check=True)
+    p = run_zoo("train", *with_("logger=both", "task.module.video=true"), "test_after_fit=false", check=True)
     assert "val/return" in p.stdout
     run = run_dirs(tmp_path, "rl/ppo")[0]
+    # The evaluation episode is in the TensorBoard file as an animated GIF (add_video wrote nothing on moviepy 2).
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0})
+    acc.Reload()
+    (video,) = acc.Images("val/video")
+    gif = Image.open(io.BytesIO(video.encoded_image_string))
+    assert gif.format == "GIF" and gif.n_frames > 5 and gif.size == (300, 200)
     last = run / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)  # plain containers only
     assert ckpt["rl"]["env_id"] == "CartPole-v1" and ckpt["rl"]["update"] == 8
@@ -54,6 +70,26 @@ def test_cartpole_train_test_predict_resume(run_zoo, tmp_path: Path) -> None:
     bad = run_zoo("train", f"ckpt_path={run}", "task.env.id=Acrobot-v1")
     assert bad.returncode == 2
     assert "zoo: error: checkpoint is for CartPole-v1" in bad.stdout and "Traceback" not in bad.stdout
+
+
+def test_resume_after_mid_epoch_sigterm(run_zoo, tmp_path: Path) -> None:
+    # 2 envs x 64 steps per update, 4 epochs x 4 minibatches = 16 optimizer steps per update, 4 updates per epoch:
+    # the SIGTERM after optimizer step 80 lands after update 5, inside the second epoch.
+    args = [*SHORT, "test_after_fit=false", SIGTERM_AT, "+callbacks.sigterm.step=80"]
+    p = run_zoo("train", *args)
+    assert p.returncode == 143, p.stdout[-3000:]
+    run = run_dirs(tmp_path, "rl/ppo")[0]
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["rl"]["update"] == 5 and ckpt["global_step"] == 80
+    assert ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1  # mid-epoch, not at its end
+
+    r = run_zoo("train", f"ckpt_path={run}", check=True)
+    assert "finished rl/ppo" in r.stdout
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["rl"]["update"] == 8 and ckpt["global_step"] == 8 * 16
+    # The resumed part continues the step count: updates 6, 7, 8 (2 envs x 64 steps each), to the requested 1024.
+    assert env_steps(metrics(run)) == [768.0, 896.0, 1024.0]
 
 
 def test_pendulum_continuous_with_normalisation(run_zoo, tmp_path: Path) -> None:
