@@ -1,15 +1,18 @@
 """Fine-tuning strategies: full, linear probe, and freeze-then-unfreeze with a lower backbone learning rate.
 
-The frozen phase of `gradual` holds the backbone's learning rate at zero (and its BatchNorm statistics fixed)
-instead of flipping requires_grad: DDP builds its gradient buckets once, so parameters that start frozen would never
-be synchronised after unfreezing (Lightning-AI/pytorch-lightning#20340). The linear probe never unfreezes, so it
-can drop the backbone from autograd entirely.
+`gradual` freezes the backbone until `unfreeze_epoch` by stepping its parameter groups with learning rate zero,
+decided at each optimizer step from the current epoch (so it is right after any resume, mid-epoch included: Lightning
+skips `on_train_epoch_start` there), and keeps its BatchNorm statistics fixed. It never flips requires_grad: DDP
+builds its gradient buckets once, so parameters that start frozen would never be synchronised after unfreezing
+(Lightning-AI/pytorch-lightning#20340). The schedule knows nothing of this: the backbone opens at the rate the
+schedule has reached. The linear probe never unfreezes, so it can drop the backbone from autograd entirely.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
+import torch
 from torch import nn
 
 from zoo.optim import param_groups
@@ -36,11 +39,28 @@ def set_backbone_bn_eval(model: nn.Module, heads: tuple[str, ...]) -> None:
 
 
 def groups(model: nn.Module, heads: tuple[str, ...], strategy: str, weight_decay: float,
-           backbone_lr_scale: float, backbone_open: Callable[[], bool]) -> list[dict]:
-    """Optimizer param groups: the head at the full learning rate, the backbone scaled (and gated for gradual)."""
+           backbone_lr_scale: float, no_decay: Collection[str]) -> list[dict]:
+    """Optimizer param groups: the head at the full learning rate, the backbone (marked `backbone: True`) scaled.
+
+    `no_decay`: names relative to `model` (zoo.optim.no_decay_names, taken before any wrapping)."""
     backbone, head = split(model, heads)
-    out = param_groups(head, weight_decay)
+    out = param_groups(head, weight_decay, no_decay=no_decay)
     if strategy == "linear_probe":
         return out
-    extra = {"lr_gate": lambda _step: 1.0 if backbone_open() else 0.0} if strategy == "gradual" else {}
-    return out + param_groups(backbone, weight_decay, lr_scale=backbone_lr_scale, **extra)
+    return out + param_groups(backbone, weight_decay, lr_scale=backbone_lr_scale, no_decay=no_decay, backbone=True)
+
+
+def step_frozen(optimizer: torch.optim.Optimizer, step: Callable[[], object]) -> None:
+    """Run one optimizer step with the backbone's groups at learning rate zero, then put back their scheduled rates.
+
+    With a zero rate SGD, Adam and AdamW (whose decay is scaled by the rate) leave the parameters exactly as they
+    were; the schedule keeps its course, so the backbone opens at the rate it has reached."""
+    frozen = [g for g in optimizer.param_groups if g.get("backbone")]
+    scheduled = [g["lr"] for g in frozen]
+    for g in frozen:
+        g["lr"] = 0.0
+    try:
+        step()
+    finally:
+        for g, lr in zip(frozen, scheduled):
+            g["lr"] = lr

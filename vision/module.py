@@ -43,6 +43,7 @@ class ImageClassifier(pl.LightningModule):
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.model, self.pretrained_source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.heads = head_prefixes(self.model)
+        self.no_decay = optim.no_decay_names(self.model)  # by name and layer type, before any FSDP wrapping
         if finetune == "linear_probe":
             ft.freeze_for_probe(self.model, self.heads)
         self.class_names = list(class_names or [str(i) for i in range(num_classes)])
@@ -93,27 +94,33 @@ class ImageClassifier(pl.LightningModule):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
         return self(x).softmax(-1)
 
-    # ------------------------------------------------------------------ epoch hooks
-    def backbone_open(self) -> bool:
-        return self.hparams.finetune == "full" or (
-            self.hparams.finetune == "gradual" and self.current_epoch >= self.hparams.unfreeze_epoch)
+    # ------------------------------------------------------------------ freezing (see vision/finetune.py)
+    def backbone_frozen(self) -> bool:
+        """linear_probe: always; gradual: before unfreeze_epoch. From current_epoch alone, so right after a resume."""
+        return self.hparams.finetune == "linear_probe" or (
+            self.hparams.finetune == "gradual" and self.current_epoch < self.hparams.unfreeze_epoch)
 
     def train(self, mode: bool = True) -> "ImageClassifier":
         super().train(mode)
-        if mode and self.hparams.finetune != "full" and not self.backbone_open():
+        if mode and self.backbone_frozen():
             ft.set_backbone_bn_eval(self.model, self.heads)
         return self
 
-    def on_fit_start(self) -> None:
-        tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
+    def on_train_start(self) -> None:
+        self.train()  # a resume from a mid-epoch checkpoint skips on_train_epoch_start
 
     def on_train_epoch_start(self) -> None:
         self.train()  # re-applies the frozen-BatchNorm rule at the unfreeze boundary
-        if self.hparams.finetune == "gradual" and self.current_epoch == self.hparams.unfreeze_epoch:
-            sched = self.lr_schedulers()
-            if sched is not None:  # open the backbone from the first step of this epoch, not one step later
-                for group, fn, base in zip(sched.optimizer.param_groups, sched.lr_lambdas, sched.base_lrs):
-                    group["lr"] = base * fn(sched.last_epoch)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        if self.backbone_frozen():
+            ft.step_frozen(optimizer, lambda: optimizer.step(closure=optimizer_closure))
+        else:
+            optimizer.step(closure=optimizer_closure)
+
+    # ------------------------------------------------------------------ epoch hooks
+    def on_fit_start(self) -> None:
+        tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
 
     def on_validation_epoch_end(self) -> None:
         if self._samples is None or self.trainer.sanity_checking:
@@ -142,5 +149,5 @@ class ImageClassifier(pl.LightningModule):
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> Any:
         groups = ft.groups(self.model, self.heads, self.hparams.finetune, self.hparams.weight_decay,
-                                        self.hparams.backbone_lr_scale, self.backbone_open)
+                           self.hparams.backbone_lr_scale, self.no_decay)
         return optim.configure(self, groups)

@@ -76,8 +76,10 @@ def test_linear_probe_changes_only_the_head():
     assert changed(backbone0, backbone1) == set()  # weights and BatchNorm running statistics
 
 
-def test_gradual_freezes_then_unfreezes_at_the_given_epoch():
-    module = tiny_module(finetune="gradual", unfreeze_epoch=1, backbone_lr_scale=0.1)
+@pytest.mark.parametrize("schedule", ["constant", "cosine", None])
+def test_gradual_freezes_then_unfreezes_at_the_given_epoch(schedule):
+    scheduler = schedule and (lambda opt, total_steps: warmup_schedule(opt, total_steps, 1, kind=schedule))
+    module = tiny_module(finetune="gradual", unfreeze_epoch=1, backbone_lr_scale=0.1, scheduler=scheduler)
     backbone0, head0 = snapshot(module)
     (b1, h1), (b2, h2) = fit(module, 2).states
     assert changed(head0, h1) == set(head0)
@@ -85,6 +87,42 @@ def test_gradual_freezes_then_unfreezes_at_the_given_epoch():
     assert changed(b1, b2) == set(b1)  # epoch 1: open, from its first step
     # every parameter keeps requires_grad, so DDP's buckets cover the backbone after unfreezing
     assert all(p.requires_grad for p in module.parameters())
+
+
+class SaveAt(pl.Callback):
+    """Saves a checkpoint after `batch` of the first epoch: mid-epoch, as SIGTERM or every_n_train_steps would."""
+
+    def __init__(self, path, batch: int) -> None:
+        self.path, self.batch = path, batch
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        if trainer.current_epoch == 0 and batch_idx == self.batch:
+            trainer.save_checkpoint(self.path)
+
+
+def test_gradual_stays_frozen_after_a_mid_epoch_resume(tmp_path):
+    """Lightning skips on_train_epoch_start when it resumes mid-epoch: the backbone (weights and BatchNorm
+    statistics) must stay frozen for the rest of that epoch all the same, then open."""
+    ckpt = tmp_path / "mid.ckpt"
+    train, val = loaders()
+    kw = dict(accelerator="cpu", limit_train_batches=4, limit_val_batches=1, logger=False,
+              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+              num_sanity_val_steps=0)
+    first = tiny_module(finetune="gradual", unfreeze_epoch=1)
+    pl.Trainer(max_steps=2, callbacks=[SaveAt(ckpt, batch=1)], **kw).fit(first, train, val)
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["global_step"] == 2 and saved["epoch"] == 0
+
+    module = tiny_module(finetune="gradual", unfreeze_epoch=1)
+    snaps = EpochSnapshots()
+    pl.Trainer(max_epochs=2, callbacks=[snaps], **kw).fit(module, train, val, ckpt_path=ckpt)
+    module.load_state_dict(saved["state_dict"])  # the weights at the checkpoint, to compare against
+    at_ckpt, head_at_ckpt = snapshot(module)
+    (b0, h0), (b1, _) = snaps.states
+    assert changed(head_at_ckpt, h0) == set(head_at_ckpt)  # the head trained in the rest of epoch 0
+    assert changed(at_ckpt, b0) == set()  # the backbone did not, BatchNorm statistics included
+    assert changed(b0, b1) == set(b0)  # and opened in epoch 1
+    assert module.trainer.global_step == 8
 
 
 def test_discriminative_learning_rates():

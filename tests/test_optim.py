@@ -1,0 +1,139 @@
+"""zoo.optim: weight-decay groups by name and layer type (the same under FSDP's flattened parameters), schedules,
+configure."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from zoo import optim
+from zoo.errors import NoOptimizerError
+
+
+class ScaleNorm(nn.Module):
+    """A norm layer torch does not know (as HF's T5LayerNorm or LlamaRMSNorm): found by its class name."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.features = nn.Sequential(nn.Conv2d(8, 8, 3, bias=False), nn.BatchNorm2d(8))  # BN named "features.1"
+        self.rnn = nn.LSTM(8, 8)
+        self.mix = nn.Linear(8, 8)
+        self.gamma = nn.Parameter(torch.ones(8))  # layer scale (timm's ConvNeXt, CaiT)
+        self.post = ScaleNorm(8)
+        self.LayerNorm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 4)
+
+
+DECAYED = {"conv.weight", "features.0.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "mix.weight", "head.weight"}
+
+
+def names_of(model: nn.Module, groups: list[dict]) -> tuple[set[str], set[str]]:
+    """(decayed names, undecayed names) of `groups`, named through `model`."""
+    name = {id(p): optim.canonical_name(n) for n, p in model.named_parameters()}
+    decay = {name[id(p)] for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    skip = {name[id(p)] for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    return decay, skip
+
+
+class FSDPWrapper(nn.Module):
+    """What FSDP with use_orig_params leaves: the original module under `_fsdp_wrapped_module`, names and module
+    types kept, every parameter a flat 1-d shard."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self._fsdp_wrapped_module = module
+        for p in module.parameters():
+            p.data = p.data.reshape(-1)
+
+
+def test_biases_norms_and_layer_scale_get_no_decay():
+    model = Block()
+    decay, skip = names_of(model, optim.param_groups(model, weight_decay=0.1))
+    assert decay == DECAYED
+    assert skip == {n for n, _ in model.named_parameters()} - DECAYED
+    assert {"features.1.weight", "post.weight", "LayerNorm.weight", "rnn.bias_ih_l0", "gamma"} <= skip
+
+
+def test_groups_do_not_change_when_fsdp_flattens_the_parameters():
+    model = Block()
+    names_before = optim.no_decay_names(model)  # taken before wrapping, as a task's __init__ does
+    before = names_of(model, optim.param_groups(model, weight_decay=0.1))
+
+    wrapped = FSDPWrapper(model)
+    assert all(p.ndim == 1 for p in wrapped.parameters())  # an ndim rule would now skip decay for every weight
+    assert all(n.startswith("_fsdp_wrapped_module.") for n, _ in wrapped.named_parameters())
+    assert names_of(model, optim.param_groups(wrapped, weight_decay=0.1)) == before
+    pairs = optim.param_groups(list(wrapped.named_parameters()), weight_decay=0.1, no_decay=names_before)
+    assert names_of(model, pairs) == before
+    assert optim.no_decay_names(wrapped) == names_before
+
+
+def test_named_pairs_alone_are_split_by_name():
+    """Callers that pass (name, parameter) pairs without no_decay: biases and owners named like a norm."""
+    model = nn.ModuleDict({"encoder": nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 1),
+                           "ln_f": nn.LayerNorm(16), "classifier": nn.Linear(16, 2)})
+    decay, skip = names_of(model, optim.param_groups(model.named_parameters(), weight_decay=0.1))
+    assert decay == {"encoder.layers.0.self_attn.in_proj_weight", "encoder.layers.0.self_attn.out_proj.weight",
+                     "encoder.layers.0.linear1.weight", "encoder.layers.0.linear2.weight", "classifier.weight"}
+    assert {"encoder.layers.0.norm1.weight", "ln_f.weight", "classifier.bias"} <= skip
+
+
+def test_timm_resnet_groups_match_the_shape_rule_before_wrapping():
+    """On unwrapped weights the name/type rule keeps what the old `ndim <= 1` rule decided for the vision task."""
+    import timm
+
+    model = timm.create_model("resnet10t", num_classes=3)
+    by_shape = {n for n, p in model.named_parameters() if p.ndim <= 1}
+    assert optim.no_decay_names(model) == by_shape
+
+
+def test_frozen_parameters_lr_scale_and_extra_keys():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2, bias=False))
+    model[0].weight.requires_grad_(False)
+    groups = optim.param_groups(model, weight_decay=0.1, lr_scale=0.5, backbone=True)
+    assert [(len(g["params"]), g["weight_decay"]) for g in groups] == [(1, 0.1), (1, 0.0)]
+    assert all(g["lr_scale"] == 0.5 and g["backbone"] for g in groups)
+    only_bias_free = optim.param_groups(model[1], weight_decay=0.1)
+    assert len(only_bias_free) == 1  # empty groups are dropped
+
+
+class Task:
+    """The parts of a LightningModule that zoo.optim.configure reads."""
+
+    def __init__(self, optimizer, scheduler=None, steps: int = 10) -> None:
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.trainer = type("T", (), {"estimated_stepping_batches": steps})()
+
+
+def test_configure_scales_learning_rates_with_and_without_a_schedule():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    groups = lambda: optim.param_groups(model[0], 0.1) + optim.param_groups(model[1], 0.1, lr_scale=0.1)  # noqa: E731
+    adamw = lambda g: torch.optim.AdamW(g, lr=1.0)  # noqa: E731
+    plain = optim.configure(Task(adamw), groups())
+    assert [g["lr"] for g in plain.param_groups] == pytest.approx([1.0, 1.0, 0.1, 0.1])
+    constant = lambda opt, total_steps: optim.warmup_schedule(opt, total_steps, kind="constant")  # noqa: E731
+    out = optim.configure(Task(adamw, constant), groups())
+    assert out["lr_scheduler"]["interval"] == "step"
+    assert [g["lr"] for g in out["optimizer"].param_groups] == pytest.approx([1.0, 1.0, 0.1, 0.1])
+    with pytest.raises(NoOptimizerError, match="built without an optimizer"):
+        optim.configure(Task(None), groups())
+
+
+def test_warmup_then_cosine():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = optim.warmup_schedule(opt, total_steps=10, warmup_steps=2, min_lr_ratio=0.1)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert lrs == sorted(lrs[:2]) + sorted(lrs[2:], reverse=True) and lrs[-1] > 0.1
