@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchvision.transforms import v2
 
 from zoo.errors import ZooError
+from zoo.images import IMAGE_EXTENSIONS, check_images, is_image_file
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder")
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
@@ -58,7 +58,8 @@ class ImageDataModule(pl.LightningDataModule):
     def __init__(self, dataset: str = "digits", root: str = "~/.cache/zoo/data", arch: str = "resnet18",
                  image_size: int | None = None, channels: int | None = None, batch_size: int = 64,
                  num_workers: int | str = "auto", augment: bool = True, download: bool = True,
-                 val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42) -> None:
+                 val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42,
+                 check_images: bool = True) -> None:
         super().__init__()
         if dataset not in DATASETS:
             raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
@@ -67,6 +68,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.dataset, self.root = dataset, Path(root).expanduser()
         self.batch_size, self.augment, self.download, self.seed = batch_size, augment, download, seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.check_images = check_images
         self.channels = channels or (1 if dataset == "digits" else 3)
         norm = norm_config(arch)
         self.image_size = int(image_size or norm["input_size"])
@@ -168,6 +170,8 @@ class ImageDataModule(pl.LightningDataModule):
         val = CheckedImageFolder(val_dir, self.class_names, mode)
         test_dir = self.root / "test"
         test = CheckedImageFolder(test_dir, self.class_names, mode) if test_dir.is_dir() else val
+        if self.check_images:  # every unreadable file named now, not the first one mid-epoch
+            check_images(dict.fromkeys(p for ds in (train, val, test) for p, _ in ds.samples), str(self.root))
         self.train_set = TransformDataset(train, self.train_transform())
         self.val_set = TransformDataset(val, self.eval_transform())
         self.test_set = TransformDataset(test, self.eval_transform())
@@ -240,9 +244,9 @@ class CheckedImageFolder(Dataset):
             raise ZooError(f"{folder} has classes missing from train/: {_short(extra)}; every class needs "
                            "training images")
         self.samples = [(p, index[c]) for c in class_names if (folder / c).is_dir()
-                        for p in sorted((folder / c).rglob("*")) if p.suffix.lower() in IMG_EXTENSIONS]
+                        for p in sorted((folder / c).rglob("*")) if is_image_file(p)]
         if not self.samples:
-            raise ZooError(f"no images ({', '.join(IMG_EXTENSIONS[:4])}, ...) under {folder}/<class>/; "
+            raise ZooError(f"no images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...) under {folder}/<class>/; "
                            "check task.data.root")
 
     def __len__(self) -> int:

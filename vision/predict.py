@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from vision.data import IMG_EXTENSIONS, eval_transform, load_image
+from vision.data import eval_transform, load_image
 from zoo.errors import ZooError
+from zoo.images import IMAGE_EXTENSIONS, is_image_file
 
 
 def image_files(target: str | None) -> list[Path]:
@@ -19,10 +20,10 @@ def image_files(target: str | None) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMG_EXTENSIONS)
+        files = sorted(p for p in path.rglob("*") if is_image_file(p))
         if files:
             return files
-        raise ZooError(f"no images ({', '.join(IMG_EXTENSIONS[:4])}, ...) in {path}")
+        raise ZooError(f"no images ({', '.join(IMAGE_EXTENSIONS[:4])}, ...) in {path}")
     raise ZooError(f"input not found: {path}; pass an image file or a folder of images")
 
 
