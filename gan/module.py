@@ -12,20 +12,17 @@ counts D and G steps together (2 per batch with n_critic=1).
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 import lightning as L
 import torch
 
 from gan import losses
-from gan.evaluator import Evaluator, builtin_evaluator, load_classifier_checkpoint
-from gan.frechet import ClassCounts, FrechetDistance
+from gan.evaluator import Judge, build_judge
 from gan.models import SIZES, build, list_models
 from zoo import tb
 from zoo.errors import ZooError
-
-log = logging.getLogger(__name__)
+from zoo.optim import require_optimizer
 
 
 class DCGAN(L.LightningModule):
@@ -77,8 +74,7 @@ class DCGAN(L.LightningModule):
         gen = torch.Generator().manual_seed(1234)  # fixed noise: the same grid every epoch, saved for resume
         self.register_buffer("fixed_z", torch.randn(num_fixed, nz, generator=gen))
         self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
-        self._evaluator: Evaluator | None = None
-        self._inception: Any = None
+        self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
 
     # ------------------------------------------------------------------------------------------------ sampling
     @property
@@ -182,126 +178,33 @@ class DCGAN(L.LightningModule):
 
     # ------------------------------------------------------------------------------------------------ evaluation
     def setup(self, stage: str) -> None:
-        # object.__setattr__: judges are not part of the model (kept out of state_dict, DDP and checkpoints)
-        if stage in ("fit", "validate", "test") and self._evaluator is None:
-            object.__setattr__(self, "_evaluator", self._build_evaluator())
-        if self.hparams.inception_fid and self._inception is None:
-            object.__setattr__(self, "_inception", self._build_inception())
-
-    def _build_evaluator(self) -> Evaluator:
-        hp = self.hparams
-        if hp.eval_classifier:
-            ev = load_classifier_checkpoint(hp.eval_classifier, hp.channels, hp.num_classes, hp.class_names)
-        else:
-            dm = self.trainer.datamodule if self._trainer is not None else None
-            key = dm.cache_key() if hasattr(dm, "cache_key") else f"{type(dm).__name__}|{hp.image_size}|{hp.channels}"
-            ev = builtin_evaluator(key, getattr(dm, "train_set", None), hp.channels, hp.num_classes,
-                                   max_steps=hp.eval_train_steps)
-        return ev.requires_grad_(False).eval()
-
-    def _build_inception(self) -> Any:
-        from torchmetrics.utilities.imports import _TORCH_FIDELITY_AVAILABLE
-
-        if not _TORCH_FIDELITY_AVAILABLE:
-            raise ZooError("inception_fid=true needs the torch-fidelity package and its Inception-v3 weights "
-                           "(downloaded on first use); install it where there is internet, or set "
-                           "task.module.inception_fid=false (the classifier Fréchet distance still runs)")
-        from torchmetrics.image.fid import FrechetInceptionDistance
-
-        try:
-            return FrechetInceptionDistance(feature=2048, normalize=True)
-        except Exception as e:  # noqa: BLE001 - offline weight download fails in several ways
-            raise ZooError(f"Inception weights for FID are not available ({type(e).__name__}); connect once to "
-                           f"download them, or set task.module.inception_fid=false") from None
-
-    def _metrics(self, stage: str) -> dict[str, Any]:
-        """Per-stage metric objects, created lazily (their size depends on the evaluator) and kept off the state
-        dict so checkpoints do not depend on which evaluator was used."""
-        name = f"_{stage}_metrics"
-        if getattr(self, name, None) is None:
-            ev = self._evaluator
-            m = {"fd": FrechetDistance(ev.num_features), "floor": FrechetDistance(ev.num_features),
-                 "counts": ClassCounts(max(1, ev.num_classes)), "cond": ClassCounts(2)}
-            object.__setattr__(self, name, m)
-        m = getattr(self, name)
-        for metric in m.values():
-            metric.to(self.device)
-        return m
-
-    def _judge(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        with torch.autocast(self.device.type, enabled=False):  # FD needs float32 features
-            return self._evaluator(x.float())
-
-    def _on_eval_start(self) -> None:
-        self._evaluator.to(self.device)
-        if self._inception is not None:
-            self._inception.to(self.device).reset()
+        # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
+        if stage in ("fit", "validate", "test") and self.judge is None:
+            self.judge = build_judge(self.hparams, self.trainer.datamodule)
 
     def on_validation_epoch_start(self) -> None:
-        self._on_eval_start()
+        self.judge.start("val", self.device)
 
     def on_test_epoch_start(self) -> None:
-        self._on_eval_start()
+        self.judge.start("test", self.device)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._metrics("val")["fd"].update(self._judge(batch[0])[0], real=True)
-        if self._inception is not None:
-            self._inception.update(self._to_rgb01(batch[0]), real=True)
+        self.judge.update_real("val", batch[0])
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        m, feats = self._metrics("test"), self._judge(batch[0])[0]
-        if dataloader_idx == 0:  # the val split: reference for the generator and for the floor
-            m["fd"].update(feats, real=True)
-            m["floor"].update(feats, real=True)
-            if self._inception is not None:
-                self._inception.update(self._to_rgb01(batch[0]), real=True)
-        else:  # an equal-sized subset of the train split: real-vs-real
-            m["floor"].update(feats, real=False)
-
-    @staticmethod
-    def _to_rgb01(x: torch.Tensor) -> torch.Tensor:
-        x = ((x.float() + 1) / 2).clamp(0, 1)
-        return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
-
-    def _generated_metrics(self, stage: str) -> dict[str, float]:
-        """Generate as many samples as this rank saw real ones (or eval_samples), judge them, log, reset."""
-        m = self._metrics(stage)
-        n_real_local = int(m["fd"].real_n)
-        n = int(self.hparams.eval_samples or n_real_local)
-        # fixed evaluation noise (per rank): epoch-to-epoch changes in the figure come from G, not from z
-        gen = torch.Generator(device=self.device).manual_seed(10_000 + self.global_rank)
-        fakes = self.sample(n, generator=gen)
-        labels = torch.arange(n, device=self.device) % self.hparams.num_classes if self.conditional else None
-        for i in range(0, n, 256):
-            feats, logits = self._judge(fakes[i:i + 256])
-            m["fd"].update(feats, real=False)
-            if logits is not None:
-                pred = logits.argmax(1)
-                m["counts"].update(pred)
-                if labels is not None:
-                    m["cond"].update((pred == labels[i:i + 256]).long())
-            if self._inception is not None:
-                self._inception.update(self._to_rgb01(fakes[i:i + 256]), real=False)
-        out = {"fd": float(m["fd"].compute())}
-        n_real, n_fake = (int(t) for t in self.all_gather(torch.tensor([n_real_local, n], device=self.device))
-                          .reshape(-1, 2).sum(0))
-        out.update(fd_real_samples=n_real, fd_samples=n_fake)
-        if self._evaluator.num_classes:
-            frac = m["counts"].compute()
-            out.update(coverage_min=float(frac.min()), coverage_max=float(frac.max()),
-                       classes_covered=float((frac >= 0.5 / len(frac)).sum()))
-            if labels is not None:
-                out["cond_acc"] = float(m["cond"].compute()[1])
-        if self._inception is not None:
-            out["fid"] = float(self._inception.compute())
-        if stage == "test" and m["floor"].fake_n > 0:
-            out["fd_floor"] = float(m["floor"].compute())
-        for metric in m.values():
-            metric.reset()
-        return out
+        # loader 0: the val split (reference for G and the floor); 1: an equal-sized train subset (real-vs-real)
+        self.judge.update_real("test", batch[0], reference=dataloader_idx == 0)
 
     def _log_eval(self, stage: str) -> None:
-        out = self._generated_metrics(stage)
+        """Generate as many samples as this rank saw real ones (or eval_samples), judge them, log."""
+        n_real = self.judge.real_count(stage)
+        n = int(self.hparams.eval_samples or n_real)
+        # fixed evaluation noise (per rank): epoch-to-epoch changes in the figure come from G, not from z
+        fakes = self.sample(n, generator=torch.Generator(device=self.device).manual_seed(10_000 + self.global_rank))
+        labels = torch.arange(n, device=self.device) % self.hparams.num_classes if self.conditional else None
+        out = self.judge.score(stage, fakes, labels)
+        totals = self.all_gather(torch.tensor([n_real, n], device=self.device)).reshape(-1, 2).sum(0)
+        out.update(fd_real_samples=int(totals[0]), fd_samples=int(totals[1]))
         # values are already global (metric states are summed across ranks), so no sync_dist
         self.log(f"{stage}/fd", out.pop("fd"), prog_bar=True, add_dataloader_idx=False)
         self.log_dict({f"{stage}/{k}": float(v) for k, v in out.items()}, add_dataloader_idx=False)
@@ -317,8 +220,7 @@ class DCGAN(L.LightningModule):
 
     # ------------------------------------------------------------------------------------------------ optimisers
     def configure_optimizers(self) -> Any:
-        if self.optimizer_factory is None:
-            raise ValueError("module was built without an optimizer (load_from_checkpoint is for inference)")
+        require_optimizer(self)
         opt_d = self.optimizer_factory(self.discriminator.parameters())
         for g in opt_d.param_groups:
             g["lr"] *= self.hparams.d_lr_scale

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan.evaluator import builtin_evaluator, load_classifier_checkpoint
+from gan.evaluator import builtin_evaluator, cache_path, load_classifier_checkpoint
 from zoo.errors import ZooError
 
 DIGITS = [str(i) for i in range(10)]
@@ -51,6 +51,13 @@ def test_missing_or_foreign_checkpoint(tmp_path):
         load_classifier_checkpoint(str(tmp_path / "gan.ckpt"), 1, 10)
 
 
+def test_corrupt_classifier_checkpoint_is_one_line(tmp_path):
+    (tmp_path / "bad.ckpt").write_bytes(b"\x80\x02 not a checkpoint" * 10)
+    with pytest.raises(ZooError, match="bad.ckpt") as e:  # zoo.checkpoint's one line, whatever its wording
+        load_classifier_checkpoint(str(tmp_path / "bad.ckpt"), 1, 10)
+    assert "\n" not in str(e.value)
+
+
 def test_builtin_classifier_is_cached(gan_cache):
     from gan.data import GANDataModule
 
@@ -63,3 +70,22 @@ def test_builtin_classifier_is_cached(gan_cache):
     torch.testing.assert_close(a(x)[0], b(x)[0])
     rand = builtin_evaluator("x", None, 3, 0)  # unlabelled data: random features, no logits
     assert rand(torch.rand(2, 3, 32, 32))[1] is None
+
+
+def test_unreadable_cache_entry_is_rebuilt(gan_cache, caplog):
+    """The cached classifier is ours, not the user's: a broken file (a killed writer) is trained again, with a
+    warning, instead of failing every later run."""
+    import logging
+
+    from gan.data import GANDataModule
+
+    dm = GANDataModule(batch_size=32, seed=5)
+    dm.setup()
+    builtin_evaluator(dm.cache_key(), dm.train_set, 1, 10, max_steps=2)
+    entry = cache_path(dm.cache_key(), 10, max_steps=2)
+    entry.write_bytes(b"broken")
+    with caplog.at_level(logging.WARNING, logger="gan.evaluator"):
+        net = builtin_evaluator(dm.cache_key(), dm.train_set, 1, 10, max_steps=2)
+    assert "unreadable" in caplog.text and net(torch.rand(2, 1, 32, 32))[1].shape == (2, 10)
+    torch.load(entry, weights_only=True)  # rewritten
+

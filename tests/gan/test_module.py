@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gan.data import GANDataModule
+from gan.evaluator import build_inception
 from gan.module import DCGAN
 from zoo.errors import ZooError
 
@@ -60,7 +61,9 @@ def test_each_optimiser_updates_only_its_network(tmp_path):
     assert not names(m, "generator_ema.")  # EMA weights are not trained by any optimiser ...
     assert any(not torch.equal(a, b) for a, b in zip(ema_before, m.generator_ema.parameters()))  # ... they follow G
     assert all(p.requires_grad for p in m.discriminator.parameters())  # toggled back after the G step
-    assert m._evaluator is not None and not any(k.startswith("_") for k in m.state_dict())  # judge not saved
+    assert m.judge is not None  # built for fit, and kept out of the checkpoint:
+    assert not any(k.startswith(("judge", "_")) for k in m.state_dict())
+    assert all(p is not q for p in m.parameters() for q in m.judge.evaluator.parameters())
 
 
 def test_n_critic_steps(tmp_path):
@@ -125,4 +128,4 @@ def test_inception_fid_unavailable_is_one_clear_line():
     if _TORCH_FIDELITY_AVAILABLE:
         pytest.skip("torch-fidelity installed here: FID may work")
     with pytest.raises(ZooError, match="inception_fid=true needs the torch-fidelity package"):
-        tiny_module(inception_fid=True)._build_inception()
+        build_inception()
