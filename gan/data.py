@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from zoo.errors import ZooError
+from zoo.images import IMAGE_EXTENSIONS, check_images, is_image_file
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ DATASETS: dict[str, tuple[int, list[str]]] = {
     "celeba": (3, []),
     "folder": (3, []),
 }
-IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
 
 
@@ -50,14 +50,13 @@ def scan_folder(root: Path) -> tuple[list[tuple[Path, int]], list[str]]:
     if not root.is_dir():
         raise ZooError(f"image folder {root} does not exist; set task.data.root to a folder of images")
     subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    is_img = lambda p: p.is_file() and p.suffix.lower() in IMAGE_EXTS  # noqa: E731
-    if subdirs and any(is_img(f) for d in subdirs for f in d.rglob("*")):
+    if subdirs and any(is_image_file(f) for d in subdirs for f in d.rglob("*")):
         classes = [d.name for d in subdirs]
-        files = [(f, i) for i, d in enumerate(subdirs) for f in sorted(d.rglob("*")) if is_img(f)]
+        files = [(f, i) for i, d in enumerate(subdirs) for f in sorted(d.rglob("*")) if is_image_file(f)]
     else:
-        classes, files = [], [(f, -1) for f in sorted(root.rglob("*")) if is_img(f)]
+        classes, files = [], [(f, -1) for f in sorted(root.rglob("*")) if is_image_file(f)]
     if not files:
-        raise ZooError(f"no images ({', '.join(sorted(IMAGE_EXTS))}) under {root}; point task.data.root at them")
+        raise ZooError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) under {root}; point task.data.root at them")
     return files, classes
 
 
@@ -122,6 +121,8 @@ class GANDataModule(L.LightningDataModule):
         self._files: list[tuple[Path, int]] | None = None
         if name == "folder":
             self._files, self.class_names = scan_folder(self.root)
+            # every file, up front: one error naming all unreadable images instead of a crash mid-epoch
+            check_images([f for f, _ in self._files], str(self.root))
             native = self._check_folder_images() if channels is None else channels
         self.channels = int(channels or native)
         if self.channels not in (1, 3):
@@ -144,13 +145,10 @@ class GANDataModule(L.LightningDataModule):
         from PIL import Image
 
         sizes, modes = Counter(), Counter()
-        for path, _ in self._files:
-            try:
-                with Image.open(path) as im:
-                    sizes[im.size] += 1
-                    modes[im.mode] += 1
-            except OSError as e:
-                raise ZooError(f"cannot read image {path} ({e}); remove it from {self.root}") from None
+        for path, _ in self._files:  # all readable: checked by check_images
+            with Image.open(path) as im:
+                sizes[im.size] += 1
+                modes[im.mode] += 1
         channels = 1 if set(modes) <= GRAY_MODES else 3
         target = f"{'L' if channels == 1 else 'RGB'} {self.image_size}x{self.image_size}"
         if len(sizes) > 1 or len(modes) > 1 or set(sizes) != {(self.image_size, self.image_size)}:

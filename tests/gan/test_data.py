@@ -75,3 +75,20 @@ def test_missing_torchvision_dataset_is_one_clear_line(tmp_path):
     with pytest.raises(ZooError, match="cannot load mnist") as e:
         dm.prepare_data()
     assert "\n" not in str(e.value) and "task.data.name=digits" in str(e.value)
+
+
+@pytest.mark.parametrize("channels", [None, 1])
+def test_unreadable_images_are_all_named_before_training(tmp_path, channels):
+    """A truncated PNG opens fine and fails only when decoded (mid-epoch, before the up-front check); a file
+    that is no image fails at open. Both are named in one error when the data module is built."""
+    import io
+
+    for i in range(4):
+        _img(tmp_path / ("cats" if i % 2 else "dogs") / f"{i}.png", (32, 32), "L")
+    buf = io.BytesIO()
+    Image.effect_noise((32, 32), 64).save(buf, "PNG")
+    (tmp_path / "cats" / "truncated.png").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    (tmp_path / "dogs" / "notes.jpg").write_bytes(b"not an image")
+    with pytest.raises(ZooError, match="2 unreadable image file") as e:
+        GANDataModule(name="folder", root=str(tmp_path), channels=channels)
+    assert "truncated.png" in str(e.value) and "notes.jpg" in str(e.value) and "\n" not in str(e.value)
