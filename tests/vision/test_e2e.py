@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.testing import TINY, run_dirs
+from zoo.testing import SIGTERM_AT, TINY, run_dirs
 
 pytestmark = pytest.mark.slow
 FAST = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
@@ -119,3 +119,42 @@ def test_multirun_with_ddp_runs_each_job_once(run_zoo, tmp_path):
     lrs = {torch.load(sweeps[0] / j / "checkpoints" / "last.ckpt", weights_only=True)["zoo"]["config"]["task"]
            ["module"]["optimizer"]["lr"] for j in jobs}
     assert lrs == {1e-3, 3e-4}
+
+
+def _backbone(ckpt: dict) -> dict:
+    return {k: v for k, v in ckpt["state_dict"].items()
+            if k.startswith("model.") and not k.startswith("model.fc.") and not k.endswith("num_batches_tracked")}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_after_mid_epoch_sigterm_with_gradual_unfreezing(run_zoo, tmp_path):
+    """6 epochs of 3 batches, the backbone frozen until epoch 4; SIGTERM in epoch 3 after its first batch (step 10),
+    then `train ckpt_path=<run dir> trainer.max_epochs=6` finishes all 18 steps: the backbone (weights and BatchNorm
+    statistics) stays frozen through the rest of epoch 3 and opens in epoch 4."""
+    args = [*FAST, "trainer.max_epochs=6", "task.data.batch_size=32", "task.module.finetune=gradual",
+            "task.module.unfreeze_epoch=4", "callbacks.model_checkpoint.save_top_k=-1", "test_after_fit=false"]
+    stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=10")
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    (run,) = run_dirs(tmp_path, "vision/resnet")
+    assert f"ckpt_path={run}" in stopped.stdout
+    mid = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    progress = mid["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert mid["global_step"] == 10 and mid["epoch"] == 3
+    assert progress["current"]["completed"] == 1 and not progress["is_last_batch"]
+
+    run_zoo("train", f"ckpt_path={run}", "trainer.max_epochs=6", check=True)
+    assert run_dirs(tmp_path, "vision/resnet") == [run]
+    end = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert end["global_step"] == 18  # as an uninterrupted run: 6 epochs x 3 batches, none repeated or lost
+    assert end["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"] == 6
+    assert end["lr_schedulers"][0]["last_epoch"] == 18
+    epoch_end = {int(p.name[len("best-epoch"):][:3]): torch.load(p, weights_only=True)
+                 for p in (run / "checkpoints").glob("best-epoch*.ckpt")}
+    assert sorted(epoch_end) == list(range(6))
+    assert _same(_backbone(epoch_end[0]), _backbone(mid))  # frozen from the start to the SIGTERM
+    assert _same(_backbone(mid), _backbone(epoch_end[3]))  # and through the rest of epoch 3 after the resume
+    opened = _backbone(epoch_end[4])
+    assert not any(torch.equal(opened[k], v) for k, v in _backbone(epoch_end[3]).items())  # all of it trains

@@ -207,3 +207,11 @@ def test_pretrained_true_fails_clearly_offline(monkeypatch):
 def test_unknown_backbone_is_one_line():
     with pytest.raises(ZooError, match="unknown backbone 'resnet1800'"):
         tiny_module(arch="resnet1800")
+
+
+def test_training_a_module_built_without_an_optimizer_is_one_error():
+    from zoo.errors import NoOptimizerError
+
+    module = tiny_module(optimizer=None)  # as load_from_checkpoint builds it, for inference
+    with pytest.raises(NoOptimizerError, match="ImageClassifier was built without an optimizer"):
+        fit(module, 1)
