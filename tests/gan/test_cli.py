@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zoo.testing import TINY, run_dirs
+from zoo.testing import SIGTERM_AT, TINY, run_dirs
 
 FAST = [*TINY, "task=gan/dcgan", "task.module.width=8", "task.module.eval_train_steps=3", "task.data.batch_size=16"]
 
@@ -66,6 +66,29 @@ def test_resume_keeps_ema_and_fixed_noise(trained):
     after = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert int(after["ema_updates"]) == 6  # continued from 3, not restarted
     torch.testing.assert_close(after["fixed_z"], before["fixed_z"])
+
+
+@pytest.mark.slow
+def test_resume_after_mid_epoch_sigterm(run_zoo, tmp_path):
+    """SIGTERM inside epoch 2 (after its first batch: 4 batches, 8 optimizer steps), then `train ckpt_path=<run dir>`
+    finishes the 2 requested epochs of 3 batches: D and G optimisers, EMA and the loops all continue."""
+    stopped = run_zoo("train", *FAST, "trainer.max_epochs=2", SIGTERM_AT, "+callbacks.sigterm.step=8")
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    (run_dir,) = run_dirs(tmp_path, "gan/dcgan")
+    assert f"ckpt_path={run_dir}" in stopped.stdout
+    mid = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    progress = mid["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert mid["global_step"] == 8 and progress["current"]["completed"] == 1 and not progress["is_last_batch"]
+    assert int(mid["state_dict"]["ema_updates"]) == 4
+
+    out = run_zoo("train", f"ckpt_path={run_dir}", check=True).stdout
+    assert run_dirs(tmp_path, "gan/dcgan") == [run_dir] and "test/fd_floor" in out
+    end = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert end["global_step"] == 12 and end["loops"]["fit_loop"]["epoch_progress"]["total"]["processed"] == 2
+    assert int(end["state_dict"]["ema_updates"]) == 6  # one G step per batch, none repeated or lost
+    # Adam's step counts continued from the mid-epoch state (a restarted optimiser would count 2)
+    assert [int(next(iter(o["state"].values()))["step"]) for o in end["optimizer_states"]] == [6, 6]
+    torch.testing.assert_close(end["state_dict"]["fixed_z"], mid["state_dict"]["fixed_z"])
 
 
 @pytest.mark.slow
