@@ -103,6 +103,13 @@ def test_bad_configuration(kw, msg):
         tiny_module(**kw)
 
 
+def test_training_without_an_optimizer_is_the_zoo_error():
+    from zoo.errors import NoOptimizerError
+
+    with pytest.raises(NoOptimizerError, match="DCGAN was built without an optimizer"):
+        tiny_module(optimizer=None).configure_optimizers()
+
+
 def test_checkpoint_is_plain(tmp_path):
     m = tiny_module()
     sd = m.state_dict()
