@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nlp_helpers import keyword_rows, write_tsv
-from zoo.testing import run_dirs
+from zoo.testing import SIGTERM_AT, run_dirs, zoo_env
 
 ONE = {"OMP_NUM_THREADS": "1"}  # tiny models: one thread is much faster on the shared 2-core machine
 QUIET = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=null", "trainer.enable_model_summary=false"]
@@ -97,3 +97,62 @@ def test_ddp_two_cpu_processes_bf16_then_resume(run_zoo, tmp_path, tiny_encoder)
     last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     # 3 steps per epoch: the second run continued the first one's optimizer steps instead of starting over.
     assert last["global_step"] == 6 and "max_epochs=2` reached" in proc.stdout, proc.stdout[-2000:]
+
+
+def predict_stdin(tmp_path: Path, run: Path, text: str):
+    """`zoo predict ckpt_path=<run> input=-` with `text` piped into standard input."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "zoo", "predict", f"ckpt_path={run}", "input=-"], input=text,
+                          cwd=tmp_path, env=zoo_env(tmp_path, **ONE), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_resume_after_mid_epoch_sigterm_then_predict_from_stdin(run_zoo, tmp_path, tiny_encoder):
+    """SIGTERM after step 3 of a 5-batch epoch: exit 143, last.ckpt mid-epoch; `ckpt_path=<run dir>` resumes to the
+    end of the requested 2 epochs. Then the resumed run predicts texts piped into `input=-`, commas and all."""
+    import torch
+
+    args = [*files_args(tmp_path, tiny_encoder), "trainer=debug", "trainer.limit_train_batches=5",
+            "trainer.max_epochs=2", "test_after_fit=false", *QUIET]
+    stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=3", env=ONE)
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    (run,) = run_dirs(tmp_path, "nlp/bert")
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 3 and ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0
+
+    resumed = run_zoo("train", f"ckpt_path={run}", env=ONE)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "finished nlp/bert" in resumed.stdout and "`max_epochs=2` reached" in resumed.stdout
+
+    pred = predict_stdin(tmp_path, run, "a gorgeous, witty, seductive movie.\n\nthe plot, hate it\n")
+    assert pred.returncode == 0, pred.stdout[-3000:]
+    rows = [json.loads(line) for line in pred.stdout.splitlines() if line.startswith("{")]
+    assert [r["text"] for r in rows] == ["a gorgeous, witty, seductive movie.", "the plot, hate it"]
+    assert all(set(r["probs"]) == {"neg", "pos"} for r in rows)
+
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    if ckpt["global_step"] == 3:
+        # Known zoo defect (reported to the lead; delete this branch with the fix): Lightning 2.6's ModelCheckpoint
+        # writes last.ckpt only at steps where it also saved a top-k file, and it versions the name (last-v1.ckpt)
+        # when a last.ckpt it did not write (InterruptCheckpoint's) is there; so last.ckpt stays at the SIGTERM step.
+        pytest.xfail("zoo: last.ckpt not rewritten after a resume from a first-epoch SIGTERM (callbacks config)")
+    assert ckpt["global_step"] == 10 and ckpt["epoch"] == 1
+
+
+@pytest.mark.slow
+def test_header_line_and_non_utf8_file_are_one_line_each(run_zoo, tmp_path):
+    """issue 11: a header read as data trained a class 'label'; a latin-1 file printed a multi-line Hydra error."""
+    header = write_tsv(tmp_path / "h.tsv", [("label", "sentence")] + [(str(i % 2), f"text {i}") for i in range(8)])
+    latin = tmp_path / "latin.tsv"
+    latin.write_bytes("1\tgood\n0\tcaf\u00e9 au lait\n".encode("latin-1"))
+    for path, message in [(header, "h.tsv:1: the first line looks like a header"),
+                          (latin, "latin.tsv:2: byte offset 12 (0xe9) is not valid utf-8")]:
+        proc = run_zoo("train", "task=nlp/bert", f"task.data.train_file={path}", "trainer=debug", env=ONE)
+        assert proc.returncode == 2, proc.stdout[-2000:]
+        errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
+        assert len(errors) == 1 and message in errors[0], proc.stdout[-2000:]
+        assert "Traceback" not in proc.stdout and "caf" not in proc.stdout
