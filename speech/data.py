@@ -16,6 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
+from zoo.checkpoint import load_checkpoint
 from zoo.errors import ZooError
 
 from .audio import load_audio, resampler
@@ -180,9 +181,10 @@ class SpeechDataModule(L.LightningDataModule):
 
 
 def checkpoint_vocab(path: str) -> list[str]:
-    if not os.path.isfile(path):
-        raise ZooError(f"checkpoint not found: {path}; pass the .ckpt of a speech/ctc run")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        ckpt = load_checkpoint(path)
+    except ZooError as e:
+        raise ZooError(f"task.data.base_vocab_from: {e}") from None
     vocab = ckpt.get("hyper_parameters", {}).get("vocab")
     if not vocab:
         raise ZooError(f"{path} has no speech vocabulary in its hparams; is it a speech/ctc checkpoint?")

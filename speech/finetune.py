@@ -10,6 +10,7 @@ import logging
 
 import torch
 
+from zoo.checkpoint import load_checkpoint
 from zoo.errors import ZooError
 
 log = logging.getLogger(__name__)
@@ -21,9 +22,9 @@ def _is_head(name: str) -> bool:
 
 def load_init_weights(module: torch.nn.Module, path: str) -> None:
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError as e:
-        raise ZooError(f"init_from checkpoint not found: {path}") from e
+        ckpt = load_checkpoint(path)  # one line for a missing, corrupt or foreign file
+    except ZooError as e:
+        raise ZooError(f"task.module.init_from: {e}") from None
     old_vocab = list(ckpt.get("hyper_parameters", {}).get("vocab") or [])
     new_vocab = module.vocab.tokens
     if not old_vocab or new_vocab[: len(old_vocab)] != old_vocab:

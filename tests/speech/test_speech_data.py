@@ -114,3 +114,22 @@ def test_speed_perturbation_changes_length_in_training_only(tmp_path):
     assert SpeechDataset(rows, 8000)[0][0].shape == (4000,)
     lengths = {SpeechDataset(rows, 8000, speed_perturb=[0.9, 1.1])[0][0].shape[0] for _ in range(20)}
     assert lengths == {3600, 4400}
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04 truncated zip"])
+def test_corrupt_checkpoint_for_init_or_vocab_is_one_line(tmp_path, content):
+    """issue 11: init_from / base_vocab_from read checkpoints with torch.load themselves (corrupt -> traceback)."""
+    from speech.data import checkpoint_vocab
+
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(content)
+    module = CTCRecognizer(vocab=[BLANK, " ", "a"], arch="bilstm_small", n_mels=16, model={"hidden": 16, "layers": 1})
+    for call, key in [(lambda: load_init_weights(module, str(bad)), "task.module.init_from"),
+                      (lambda: checkpoint_vocab(str(bad)), "task.data.base_vocab_from")]:
+        with pytest.raises(ZooError) as e:
+            call()
+        # The wording is zoo.checkpoint's (shared by every domain); here: which option, which file, one line.
+        msg = str(e.value)
+        assert msg.startswith(f"{key}: ") and str(bad) in msg and "checkpoint" in msg and "\n" not in msg
+    with pytest.raises(ZooError, match="task.module.init_from: .*not found"):
+        load_init_weights(module, str(tmp_path / "gone.ckpt"))

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from zoo.testing import TINY, run_dirs
+from zoo.testing import SIGTERM_AT, TINY, run_dirs
 
 pytestmark = pytest.mark.slow
 ENV = {"OMP_NUM_THREADS": "1"}  # tiny models: one thread is fastest on a shared 2-core machine
@@ -100,3 +100,54 @@ def test_ddp_bf16_resume_and_finetune_with_new_characters(run_zoo, tmp_path):
     old = after["hyper_parameters"]["vocab"]
     vocab = tuned["hyper_parameters"]["vocab"]
     assert vocab[: len(old)] == old and {"h", "r"} <= set(vocab[len(old):])
+
+
+def test_skipped_audio_is_a_console_warning_and_all_bad_is_an_error(run_zoo, tmp_path):
+    """issue 11: 'skipped 1 of 9 utterances' went only to the run's log file; now it is a WARNING on the console
+    (stderr) naming the count and the bad file, and a manifest with no usable audio stops with one line."""
+    train, val = _corpus(tmp_path)
+    with open(train, "a") as f:
+        f.write(json.dumps({"audio_filepath": "gone.wav", "text": "one"}) + "\n")
+    proc = run_zoo("train", *FAST, f"task.data.train_manifest={train}", f"task.data.val_manifest={val}",
+                   "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false", env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    warned = [line for line in proc.stdout.splitlines() if "skipped 1 of 9 utterances" in line]
+    assert warned and "missing file" in warned[0] and "gone.wav" in warned[0] and "WARNING" in warned[0], \
+        proc.stdout[-3000:]
+
+    (tmp_path / "junk.wav").write_bytes(b"not audio")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"audio_filepath": p, "text": "one"}) + "\n" for p in ("gone.wav", "junk.wav")))
+    proc = run_zoo("train", *FAST, f"task.data.train_manifest={bad}", f"task.data.val_manifest={val}", env=ENV)
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "no usable utterances" in errors[0], proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout
+
+
+def test_resume_after_mid_epoch_sigterm(run_zoo, tmp_path):
+    """SIGTERM after optimizer step 4 (batch 1 of 3 in the second epoch): exit 143, last.ckpt mid-epoch; then
+    `ckpt_path=<run dir>` resumes in the same run dir and finishes the 2 requested epochs (6 steps)."""
+    import csv
+
+    train, val = _corpus(tmp_path)
+    args = [*FAST, f"task.data.train_manifest={train}", f"task.data.val_manifest={val}", "task.data.batch_size=2",
+            "trainer.max_epochs=2", "test_after_fit=false"]
+    stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=4", env=ENV)
+    assert stopped.returncode == 143, stopped.stdout[-3000:]
+    (run,) = run_dirs(tmp_path, "speech/ctc")
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 4 and ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1
+
+    resumed = run_zoo("train", f"ckpt_path={run}", env=ENV)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "finished speech/ctc" in resumed.stdout and "`max_epochs=2` reached" in resumed.stdout
+    # The resumed part continues the step count (CSVLogger rewrites metrics.csv on resume: only steps 5 and 6).
+    steps = sorted({int(r["step"]) for r in csv.DictReader(open(run / "csv" / "metrics.csv")) if r.get("train/loss")})
+    assert steps[-1] == 5 and steps[0] >= 4, steps  # (logged at step index 4 and 5, i.e. optimizer steps 5, 6)
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    if ckpt["global_step"] == 4:
+        # Known zoo defect (reported to the lead; delete this branch with the fix): Lightning 2.6's ModelCheckpoint
+        # writes last.ckpt only at steps where it also saved a top-k file (val/cer must improve).
+        pytest.xfail("zoo: last.ckpt not rewritten at epoch end when the monitored metric did not improve")
+    assert ckpt["global_step"] == 6
