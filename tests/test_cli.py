@@ -62,10 +62,30 @@ def test_missing_checkpoint(run_zoo, tmp_path):
 
 
 def test_corrupt_checkpoint(run_zoo, tmp_path):
+    """Random bytes, a truncated file and a pickle of arbitrary objects: each one line that says what it is
+    (the folder's name holds "corrupt", so the assertions look past the path)."""
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"\x00not a checkpoint" * 10)
-    assert "corrupt" in _one_line_error(run_zoo("test", f"ckpt_path={bad}"))
-    assert "corrupt" in _one_line_error(run_zoo("train", f"ckpt_path={bad}"))
+    for verb in ("test", "train"):
+        line = _one_line_error(run_zoo(verb, f"ckpt_path={bad}"))
+        assert "is not a zoo checkpoint (not a PyTorch file" in line and "Weights only" not in line
+    good = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}}, good)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(good.read_bytes()[:-200])  # the zip directory at the end is gone
+    assert "cut.ckpt is not a zoo checkpoint (not a PyTorch file" in _one_line_error(run_zoo("test", f"ckpt_path={cut}"))
+    garbled = bytearray(good.read_bytes())
+    garbled[200:260] = b"\xff" * 60  # inside the pickled record, the archive itself intact
+    (tmp_path / "garbled.ckpt").write_bytes(bytes(garbled))
+    assert "garbled.ckpt is corrupt (" in _one_line_error(run_zoo("test", f"ckpt_path={tmp_path / 'garbled.ckpt'}"))
+    pickled = tmp_path / "pickled.ckpt"
+    torch.save({"state_dict": {}, "obj": _Opaque()}, pickled)
+    line = _one_line_error(run_zoo("test", f"ckpt_path={pickled}"))
+    assert "not a zoo checkpoint: it holds pickled Python objects" in line
+
+
+class _Opaque:
+    pass
 
 
 def test_foreign_checkpoint(run_zoo, tmp_path):

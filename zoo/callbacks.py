@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
 from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+
+from zoo.ddp import describe_exit, resume_hint
 
 
 class InterruptCheckpoint(Callback):
@@ -65,3 +69,58 @@ class Throughput(Callback):
                 pl_module.log("train/samples_per_sec", self._samples * world / dt, sync_dist=False,
                               rank_zero_only=True)
             pl_module.log("train/step_ms", 1000 * dt / self._steps, sync_dist=False, rank_zero_only=True)
+
+
+class DeadRankWatch(Callback):
+    """Rank 0 watches the DDP children Lightning started; a child records its parent (rank 0).
+
+    Lightning's own watcher SIGKILLs rank 0 (no message, no exit code worth reading) when a child dies; this one
+    replaces it, prints which rank died and how to resume, stops the other children and exits non-zero. A rank that
+    instead sees the death as a failed collective turns it into the same line through `peer_failure`.
+    """
+
+    def __init__(self, run_dir: str, poll_s: float = 1.0) -> None:
+        self.run_dir, self.poll_s = str(run_dir), poll_s
+        self.parent_pid = os.getppid()
+        self.procs: list = []
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        launcher = getattr(trainer.strategy, "launcher", None)
+        self.procs = list(getattr(launcher, "procs", None) or [])
+        if not self.procs or stage != "fit":
+            return
+        from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+        for t in threading.enumerate():
+            if isinstance(t, _ChildProcessObserver):
+                t._run = lambda: True  # retire Lightning's watcher at its next wake-up, before it kills anything
+        threading.Thread(target=self._watch, args=(trainer,), daemon=True, name="zoo-dead-rank-watch").start()
+
+    def _watch(self, trainer: Any) -> None:
+        while True:
+            time.sleep(self.poll_s)
+            codes = [p.poll() for p in self.procs]
+            if all(c == 0 for c in codes):
+                return
+            for rank, (proc, code) in enumerate(zip(self.procs, codes), start=1):
+                if code in (None, 0) or getattr(trainer, "received_sigterm", False):
+                    continue  # a SIGTERM'd run stops through its own handler (and saves last.ckpt)
+                if code != 2:  # exit code 2: the child printed its own zoo error line already
+                    print(f"zoo: error: DDP rank {rank} (pid {proc.pid}) died ({describe_exit(code)}); the run stopped; "
+                          f"{resume_hint(self.run_dir)}", file=sys.stderr, flush=True)
+                for other in self.procs:
+                    if other.poll() is None:
+                        other.kill()
+                os._exit(code if code > 0 else 1)
+
+    def dead_ranks(self, wait_s: float = 3.0) -> list[str]:
+        """Which peers are gone, as this process can tell on its node (rank 0 its children, a child rank 0)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            dead = [f"rank {r} (pid {p.pid}, {describe_exit(p.returncode)})"
+                    for r, p in enumerate(self.procs, start=1) if p.poll() not in (None, 0)]
+            if not self.procs and os.getppid() != self.parent_pid:
+                dead = [f"rank 0 (pid {self.parent_pid})"]
+            if dead or time.monotonic() > deadline:
+                return dead
+            time.sleep(0.2)

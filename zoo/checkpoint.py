@@ -76,12 +76,21 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     if not p.is_file():
         hint = " (it is a folder: point at a .ckpt inside it, e.g. checkpoints/last.ckpt)" if p.is_dir() else ""
         raise ZooError(f"checkpoint not found: {p}{hint}; check the path or list runs with `ls outputs/`")
+    if not zipfile.is_zipfile(p):
+        raise ZooError(f"{p} is not a zoo checkpoint (not a PyTorch file at all: wrong file, or cut short while "
+                       "copying); use the run's checkpoints/last.ckpt or best-*.ckpt")
     try:
         ckpt = torch.load(p, map_location=map_location, weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" not in str(e):  # garbled bytes inside a valid archive
+            raise ZooError(f"checkpoint {p} is corrupt (its data does not unpickle); use another file, e.g. the "
+                           "run's checkpoints/last.ckpt") from None
+        raise ZooError(f"{p} is not a zoo checkpoint: it holds pickled Python objects, which the zoo never writes "
+                       "and will not load (they can run code); use a checkpoint written by `zoo train`") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ZooError(f"checkpoint {p} is corrupt or not a torch checkpoint ({first[:160]}); "
-                       "use another file, e.g. the run's checkpoints/last.ckpt") from None
+        raise ZooError(f"checkpoint {p} is corrupt ({first[:100]}); use another file, e.g. the run's "
+                       "checkpoints/last.ckpt") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
                        "the task's `pretrained=<file>` option instead")

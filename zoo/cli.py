@@ -8,6 +8,7 @@ nested multirun sweeps).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -23,8 +24,8 @@ commands:
   train ckpt_path=last|<run dir>|<file.ckpt>
                                   resume an interrupted or finished run (same run dir and TensorBoard)
   test ckpt_path=<file.ckpt>      evaluate a checkpoint on its task's test data
-  predict ckpt_path=<file.ckpt> input=<file|folder|text> [predict.<option>=...]
-                                  one JSON line per input
+  predict ckpt_path=<file.ckpt> input=<file|folder|text|-> [predict.<option>=...]
+                                  one JSON line per input (input=- reads texts from standard input)
   list [task]                     tasks and experiment presets; with a task, its model names
 
 Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, tensorboard/);
@@ -69,7 +70,7 @@ def fail(e: ZooError) -> None:
 
 # ----------------------------------------------------------------------------------------------------- train
 def _train(rest: list[str]) -> None:
-    from zoo.run import CHILD_CONFIG_ENV
+    from zoo.ddp import CHILD_CONFIG_ENV, launcher_rank
 
     if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
         return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
@@ -84,6 +85,8 @@ def _train(rest: list[str]) -> None:
     if not (args.help or args.hydra_help or args.info or args.shell_completion):
         args.overrides = resolve_resume(args.overrides)
         check_overrides(args.overrides)
+        if launcher_rank() != 0:  # torchrun/srun start every rank with this command: one writes the run's files
+            args.overrides.append("hydra.output_subdir=null")
     _run_hydra(args=args, args_parser=parser, task_function=_train_job, config_path=str(CONFIG_DIR),
                config_name="train")
 
@@ -96,15 +99,32 @@ def _train_job(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
     overrides = list(HydraConfig.get().overrides.task)
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    resume = None
     try:
         resume = check_resume_task(cfg)
         run.train(cfg, overrides, resume)
     except ZooError as e:
+        if resume is None:
+            remove_failed_run(Path(cfg.run_dir))
         fail(e)
     except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
         print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, continue with "
               f"`python -m zoo train ckpt_path={cfg.run_dir}`", file=sys.stderr, flush=True)
         sys.exit(143)
+
+
+def remove_failed_run(run_dir: Path) -> None:
+    """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: remove its
+    folder, so that `ls outputs/`, TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the
+    traceback in cli.log is what a bug report needs.)"""
+    import shutil
+
+    from zoo.ddp import is_lightning_child, launcher_rank
+
+    if is_lightning_child() or launcher_rank() != 0 or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+        return
+    logging.shutdown()  # close cli.log before its folder goes
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _train_child(config_file: Path) -> None:
@@ -129,13 +149,6 @@ def _override_value(overrides: list[str], key: str) -> str | None:
     return None
 
 
-def _default_task() -> str:
-    import re
-
-    m = re.search(r"^\s*-\s*task:\s*(\S+)", (_config_dir() / "train.yaml").read_text(), re.M)
-    return m.group(1) if m else "vision/resnet"
-
-
 def _config_dir() -> Path:
     from zoo.config import CONFIG_DIR
 
@@ -151,18 +164,45 @@ def _carried(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "run_dir="))]
 
 
+def _unquote(value: str) -> str:
+    """`'a, b'` -> `a, b`: the quoting Hydra needed, still accepted where the zoo reads the value itself."""
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def merge_overrides(earlier: list[str], later: list[str]) -> list[str]:
+    """Earlier overrides, then later ones, one per key (the later wins): resuming twice with
+    `trainer.max_epochs=20` must not pile up copies, and a repeated `+key=` would fail to compose."""
+    keys = {_key(o) for o in later}
+    return [o for o in earlier if _key(o) not in keys] + list(later)
+
+
+def composed_task(overrides: list[str]) -> str:
+    """The task these overrides select, as the composed config says (a preset may set it, not only `task=`)."""
+    from zoo.config import check_overrides, compose, register_resolvers
+
+    register_resolvers()
+    check_overrides(overrides)
+    return str(compose(overrides).task.name)
+
+
 def resolve_resume(overrides: list[str]) -> list[str]:
-    """`ckpt_path=last|<run dir>|<file>` -> continue that run: its overrides, its run dir, its last checkpoint."""
+    """`ckpt_path=last|<run dir>|<file>` -> continue that run: its overrides, its run dir, its last checkpoint.
+
+    Everything is checked before Hydra starts, because Hydra then writes `.hydra/` into the run directory: a resume
+    that would fail (another task's run, a corrupt file) must not touch that run's files.
+    """
     value = _override_value(overrides, "ckpt_path")
     if value in (None, "", "null", "None"):
         return overrides
-    from omegaconf import OmegaConf
+    from zoo.checkpoint import checkpoint_task, find_last, load_checkpoint
 
-    from zoo.checkpoint import find_last, load_checkpoint
-
-    user = [o for o in overrides if not o.lstrip("+").startswith("ckpt_path=")]
+    user = [o for o in overrides if _key(o) != "ckpt_path"]
     if value == "last":
-        task = _override_value(overrides, "task") or _default_task()
+        task = composed_task(user)
         runs = sorted((_output_root() / task).glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
         if not runs:
             raise ZooError(f"ckpt_path=last: no earlier run of {task} under {_output_root() / task}; "
@@ -177,13 +217,21 @@ def resolve_resume(overrides: list[str]) -> list[str]:
                                "or a .ckpt file")
         else:
             ckpt = path
-    load_checkpoint(ckpt)  # fails early, in one line, on a missing or corrupt file
+    saved = load_checkpoint(ckpt)  # fails early, in one line, on a missing or corrupt file
+    task = checkpoint_task(saved, ckpt)
     ckpt = ckpt.resolve()
     run_dir = ckpt.parent.parent
-    saved = run_dir / ".hydra" / "overrides.yaml"
-    if ckpt.parent.name == "checkpoints" and saved.is_file():
-        previous = _carried([str(o) for o in OmegaConf.load(saved)])
-        return previous + user + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
+    # The checkpoint carries the overrides of the run that wrote it: the run's own record, which a failed
+    # later command cannot have changed.
+    previous = _carried([str(o) for o in saved["zoo"].get("overrides", [])])
+    in_run = ckpt.parent.name == "checkpoints"
+    merged = merge_overrides(previous, user) if in_run else user
+    asked = composed_task(merged)
+    if asked != task:
+        raise ZooError(f"checkpoint {ckpt} is from task {task}, but these overrides select {asked}; resume it "
+                       f"without the other task's preset, or fine-tune from it with the task's pretrained option")
+    if in_run:
+        return merged + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
     return user + [f"ckpt_path='{ckpt}'"]
 
 
@@ -220,7 +268,9 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     asked = _override_value(rest, "task")
     if asked and asked != task:
         raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} checkpoint")
-    user = [o for o in rest if not o.lstrip("+").startswith(("ckpt_path=", "task="))]
+    # The input is free text (a sentence with commas, a path with brackets): it never goes through Hydra's grammar.
+    text_input = next((_unquote(o.partition("=")[2]) for o in rest if _key(o) == "input"), None)
+    user = [o for o in rest if _key(o) not in ("ckpt_path", "task", "input")]
     # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
     # Training-time device settings (DDP, 8 GPUs) are not the evaluation's: only explicit ones apply.
@@ -233,8 +283,13 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     from zoo.config import check_overrides, compose, register_resolvers
 
     register_resolvers()
-    check_overrides(overrides)
+    check_overrides(overrides, sweeps=False)
     cfg = compose(overrides)
+    if text_input is not None:
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.input = text_input
     from zoo import run
 
     if verb == "test":

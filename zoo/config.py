@@ -13,7 +13,7 @@ from typing import Any
 from zoo.errors import ZooError
 
 CONFIG_DIR = Path(os.environ.get("ZOO_CONFIG_DIR", Path(__file__).resolve().parent.parent / "configs"))
-GROUPS = ("task", "experiment", "trainer", "logger", "callbacks", "hydra")
+from zoo.validate import GROUPS  # noqa: E402 - one list of the config groups
 
 
 def external_job_id() -> str | None:
@@ -74,28 +74,45 @@ def compose(overrides: list[str], config_name: str = "train"):  # noqa: ANN201 -
         GlobalHydra.instance().clear()
 
 
-def check_overrides(overrides: list[str], config_name: str = "train") -> None:
-    """Compose once up front so that a bad override fails with one clear line instead of Hydra's report.
+def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bool = True) -> None:
+    """Compose once up front so that a bad override fails with one clear line instead of Hydra's report, and check
+    the values' types and the optimizer settings before any work starts.
 
-    Sweep overrides (`a=1,2`) are checked with their first value.
+    Sweep overrides (`a=1,2`) are composed with their first value; their values' types are all checked.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    from zoo import validate
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as e:  # noqa: BLE001 - Hydra's grammar errors
-        raise ZooError(f"cannot parse overrides {overrides}: {_first_line(e)}; write them as key=value") from None
+        raise ZooError(f"cannot parse overrides {overrides}: {_first_line(e)}; write them as key=value, and quote a "
+                       "value holding commas, spaces or brackets: key='a, b'") from None
     single = []
     for o in parsed:
         text = o.input_line
+        if o.value_type == ValueType.INTERVAL_SWEEP:
+            raise ZooError(f"{text}: interval() is a continuous range that only a search sweeper can sample; "
+                           f"list the values to try instead, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2")
+        if o.is_sweep_override() and not sweeps:
+            raise ZooError(f"{text} reads as a sweep, but this command runs once; quote a value that holds commas: "
+                           f"{o.get_key_element()}='{text.partition('=')[2]}'")
         if o.is_sweep_override():
             first = next(iter(o.sweep_string_iterator()))
             text = f"{o.get_key_element()}={first}"
         single.append(text)
     try:
-        compose(single, config_name)
+        cfg = compose(single, config_name)
+        groups = [t for t, o in zip(single, parsed) if "." not in o.get_key_element() and
+                  o.get_key_element().lstrip("+~") in GROUPS or "/" in o.get_key_element()]
+        base = compose(groups, config_name)
     except Exception as e:  # noqa: BLE001
         raise ZooError(explain(e, single)) from None
+    validate.check_types(parsed, base)
+    validate.check_batch_sizes(cfg)
+    validate.check_optimizers(cfg)
 
 
 def _first_line(e: BaseException) -> str:

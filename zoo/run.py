@@ -11,11 +11,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.config import import_attr, instantiate, plain
+from zoo.ddp import CHILD_CONFIG_ENV, DIST_ENV, is_lightning_child, launcher_rank, release_process_group, \
+    restore_dist_env
 from zoo.errors import ZooError
 
 log = logging.getLogger("zoo")
 
-CHILD_CONFIG_ENV = "ZOO_CHILD_CONFIG"  # set by rank 0 before fit; DDP children read their config from it
+__all__ = ["CHILD_CONFIG_ENV", "predict", "test", "train"]
 
 
 def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
@@ -27,17 +29,23 @@ def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
 
 def build_callbacks_and_loggers(cfg: DictConfig, overrides: list[str]) -> tuple[list, list]:
     from zoo.checkpoint import ZooMetadata
+    from zoo.callbacks import DeadRankWatch
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    callbacks.append(ZooMetadata(cfg.task.name, overrides, plain(cfg)))
+    callbacks += [ZooMetadata(cfg.task.name, overrides, plain(cfg)), DeadRankWatch(cfg.run_dir)]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     return callbacks, loggers
 
 
-def seed_everything(cfg: DictConfig) -> None:
+def start(cfg: DictConfig) -> None:
+    """What every verb does first: the seed, then the process-wide switches (threads, matmul precision), before any
+    model is built."""
     import lightning.pytorch as pl
 
+    from zoo.trainer import apply_global_switches
+
     pl.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    apply_global_switches(cfg.trainer)
 
 
 def save_run_config(cfg: DictConfig, overrides: list[str]) -> Path:
@@ -60,9 +68,9 @@ def has_test_data(datamodule: Any, module: Any) -> bool:
 
 
 def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
-    """Fit, then test the best checkpoint; rank 0 of a DDP run also saves the config its children load."""
-    is_child = os.environ.get(CHILD_CONFIG_ENV) is not None and os.environ.get("LOCAL_RANK", "0") != "0"
-    if is_child:
+    """Fit, then test the best checkpoint; the run's one writer (global rank 0) also saves the resolved config that
+    Lightning's DDP children load."""
+    if is_lightning_child() or launcher_rank() != 0:
         return _train(cfg, overrides, resume)
     before = {k: os.environ[k] for k in DIST_ENV if k in os.environ}
     os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides))
@@ -74,15 +82,21 @@ def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
 
 
 def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
-    from zoo.trainer import apply_global_switches, build_trainer, prepare_module
+    from zoo.ddp import peer_failure
+    from zoo.trainer import build_trainer, prepare_module
 
-    seed_everything(cfg)
-    apply_global_switches(cfg.trainer)
+    start(cfg)
     datamodule, module = build_data_and_module(cfg)
     callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
     trainer = build_trainer(cfg, callbacks, loggers)
     fit_module = prepare_module(module, cfg.trainer)
-    trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    try:
+        trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    except RuntimeError as e:
+        message = peer_failure(e, trainer)
+        if message is None:
+            raise
+        raise ZooError(message) from None
     if trainer.interrupted:
         raise ZooError(f"training interrupted; continue it with `python -m zoo train ckpt_path={cfg.run_dir}`")
     metrics: dict = {}
@@ -95,29 +109,6 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
     return metrics
-
-
-DIST_ENV = ("LOCAL_RANK", "NODE_RANK", "GLOBAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "PL_GLOBAL_SEED", "PL_SEED_WORKERS", CHILD_CONFIG_ENV)
-
-
-def restore_dist_env(before: dict) -> None:
-    """Drop the rank variables Lightning's launcher put into rank 0's environment. Left behind, the next job of a
-    multirun sweep would take LOCAL_RANK as "processes are started externally" and wait forever for children."""
-    for key in DIST_ENV:
-        if key in before:
-            os.environ[key] = before[key]
-        else:
-            os.environ.pop(key, None)
-
-
-def release_process_group() -> None:
-    """End this run's process group: the next job of a multirun sweep starts new DDP children and must not reuse a
-    group whose peers have exited (Lightning skips init when a group already exists)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _scalars(metrics: dict) -> dict:
@@ -169,19 +160,19 @@ def summarize(cfg: DictConfig, best: str, metrics: dict) -> None:
 
 
 def test(cfg: DictConfig, ckpt_path: str) -> dict:
-    from zoo.trainer import build_trainer
-
-    seed_everything(cfg)
-    module = load_module(cfg, ckpt_path)
-    datamodule = build_checked_data(cfg, module)
-    callbacks, loggers = build_callbacks_and_loggers(cfg, [])
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-    trainer = build_trainer(cfg, callbacks, loggers)
+    from zoo.trainer import build_trainer, prepare_module
+
+    start(cfg)
+    module = load_module(cfg, ckpt_path)
+    datamodule = build_checked_data(cfg, module)
     if not has_test_data(datamodule, module):
         raise ZooError(f"task {cfg.task.name} has no test data to evaluate {ckpt_path} on")
-    results = trainer.test(module, datamodule=datamodule)
+    callbacks, loggers = build_callbacks_and_loggers(cfg, [])
+    callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+    trainer = build_trainer(cfg, callbacks, loggers)
+    results = trainer.test(prepare_module(module, cfg.trainer), datamodule=datamodule)
     metrics = results[0] if results else {}
     if trainer.is_global_zero:
         print(json.dumps({"checkpoint": str(ckpt_path), **_scalars(metrics)}), flush=True)
@@ -217,10 +208,18 @@ def _short(v: Any) -> str:
 
 
 def predict(cfg: DictConfig, ckpt_path: str) -> None:
-    module = load_module(cfg, ckpt_path)
-    fn = import_attr(cfg.task.predict)
+    """One JSON line per input. The task's predict function drives the module itself (no Trainer: it reads files,
+    text or an environment), so of the trainer switches only the process-wide ones and channels_last apply here;
+    torch.compile would hand it a wrapper without the module's own methods."""
     import torch
 
+    from zoo.trainer import prepare_module
+
+    start(cfg)
+    module = load_module(cfg, ckpt_path)
+    if cfg.trainer.get("channels_last"):
+        module = prepare_module(module, {"channels_last": True})
+    fn = import_attr(cfg.task.predict)
     with torch.inference_mode():
         for row in fn(module, cfg, cfg.get("input")):
             print(json.dumps(row), flush=True)
