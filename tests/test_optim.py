@@ -137,3 +137,40 @@ def test_warmup_then_cosine():
         sched.step()
     assert lrs[:3] == pytest.approx([0.5, 1.0, 1.0])
     assert lrs == sorted(lrs[:2]) + sorted(lrs[2:], reverse=True) and lrs[-1] > 0.1
+
+
+def _fsdp_rank(rank: int, world: int, port: int) -> None:
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(288, 16),
+                              nn.LayerNorm(16), nn.Linear(16, 4))
+        expected = names_of(model, optim.param_groups(model, weight_decay=0.1))
+        wrapped = FSDP(model, use_orig_params=True, device_id=torch.device("cpu"),
+                       auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))
+        assert all(p.ndim == 1 for p in wrapped.parameters())  # flat shards
+        assert names_of(wrapped, optim.param_groups(wrapped, weight_decay=0.1)) == expected
+        assert expected[0] == {"0.weight", "3.weight", "5.weight"}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_groups_under_real_fsdp_on_two_cpu_ranks():
+    """torch's FSDP (use_orig_params, as Lightning sets it) with gloo: every parameter becomes a 1-d shard; the
+    groups are the ones of the unwrapped model."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_fsdp_rank, args=(2, port), nprocs=2)
