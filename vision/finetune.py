@@ -15,26 +15,31 @@ from collections.abc import Callable, Collection
 import torch
 from torch import nn
 
-from zoo.optim import param_groups
+from zoo.optim import canonical_name, param_groups
 
 STRATEGIES = ("full", "linear_probe", "gradual")
 
 
+def is_head(name: str, heads: tuple[str, ...]) -> bool:
+    """By the name the layer had before any (FSDP) wrapping."""
+    return canonical_name(name).startswith(heads)
+
+
 def split(model: nn.Module, heads: tuple[str, ...]) -> tuple[list, list]:
-    backbone = [(n, p) for n, p in model.named_parameters() if not n.startswith(heads)]
-    head = [(n, p) for n, p in model.named_parameters() if n.startswith(heads)]
+    backbone = [(n, p) for n, p in model.named_parameters() if not is_head(n, heads)]
+    head = [(n, p) for n, p in model.named_parameters() if is_head(n, heads)]
     return backbone, head
 
 
 def freeze_for_probe(model: nn.Module, heads: tuple[str, ...]) -> None:
     for name, p in model.named_parameters():
-        p.requires_grad_(name.startswith(heads))
+        p.requires_grad_(is_head(name, heads))
 
 
 def set_backbone_bn_eval(model: nn.Module, heads: tuple[str, ...]) -> None:
     """BatchNorm layers of a frozen backbone keep their (pretrained) running statistics."""
     for name, m in model.named_modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not name.startswith(heads):
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not is_head(name, heads):
             m.eval()
 
 

@@ -215,3 +215,27 @@ def test_training_a_module_built_without_an_optimizer_is_one_error():
     module = tiny_module(optimizer=None)  # as load_from_checkpoint builds it, for inference
     with pytest.raises(NoOptimizerError, match="ImageClassifier was built without an optimizer"):
         fit(module, 1)
+
+
+def test_groups_are_the_same_when_fsdp_wraps_layers():
+    """FSDP (use_orig_params) inserts `_fsdp_wrapped_module` into names and flattens parameters to 1-d: the head,
+    the backbone and the no-decay parameters are still found by their names from before wrapping."""
+    from torch import nn
+
+    from vision import finetune as ft
+
+    class Wrapped(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self._fsdp_wrapped_module = inner
+
+    module = tiny_module(finetune="gradual", weight_decay=0.05)
+    summary = lambda: [(g["weight_decay"], g.get("backbone", False), [id(p) for p in g["params"]])  # noqa: E731
+                       for g in ft.groups(module.model, module.heads, "gradual", 0.05, 0.1, module.no_decay)]
+    before = summary()
+    assert [(wd, bb) for wd, bb, _ in before] == [(0.05, False), (0.0, False), (0.05, True), (0.0, True)]
+    module.model.fc = Wrapped(module.model.fc)
+    module.model.layer1 = Wrapped(module.model.layer1)
+    for p in module.model.parameters():
+        p.data = p.data.reshape(-1)
+    assert summary() == before
