@@ -36,12 +36,13 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     raise ZooError(f"cannot tell the format of {path} from its suffix; set task.data.format=csv|tsv|jsonl")
 
 
-def check_encoding(encoding: str) -> str:
+def check_encoding(encoding: str, key: str = "task.data.encoding") -> str:
+    """The codec's canonical name ('utf-8', 'iso8859-1', ...)."""
     try:
         return codecs.lookup(encoding).name
     except LookupError:
-        raise ZooError(f"unknown task.data.encoding '{encoding}'; use a Python codec name such as utf-8, "
-                       "utf-8-sig, latin-1 or cp1252") from None
+        raise ZooError(f"unknown {key} '{encoding}'; use a Python codec name such as utf-8, utf-8-sig, latin-1 "
+                       "or cp1252") from None
 
 
 def decode(raw: bytes, where: str | Path, encoding: str = "utf-8", key: str = "task.data.encoding") -> str:
@@ -49,14 +50,16 @@ def decode(raw: bytes, where: str | Path, encoding: str = "utf-8", key: str = "t
 
     (Decoding all the bytes at once, rather than through a text stream, is what makes the offset exact.)
     """
-    check_encoding(encoding)
+    codec = check_encoding(encoding, key)
     try:
-        return raw.decode(encoding)
+        text = raw.decode(encoding)
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         bad = raw[e.start:e.end][:4].hex(" ")
         raise ZooError(f"{where}:{line}: byte offset {e.start} (0x{bad}) is not valid {encoding} ({e.reason}); "
                        f"set {key}=<the file's encoding>, e.g. {key}=latin-1 or {key}=cp1252") from None
+    # A byte-order mark (Excel and Notepad write one) would glue itself to the first label or text.
+    return text[1:] if codec == "utf-8" and text.startswith("\ufeff") else text
 
 
 def read_text(path: Path, encoding: str = "utf-8", key: str = "task.data.encoding") -> str:

@@ -172,6 +172,9 @@ def test_header_read_as_data_is_refused(tmp_path):
     assert [r["label"] for r in read_rows(words, text_column=1, label_column=0)] == ["neg", "pos", "pos"]
     nums = write_tsv(tmp_path / "n.tsv", [("2", "a"), ("0", "b"), ("2", "c")])
     assert len(read_rows(nums, text_column=1, label_column=0)) == 3
+    # A UTF-8 byte-order mark is not part of the first label (nor a reason to call the first line a header).
+    (tmp_path / "bom.tsv").write_bytes("\ufeff0\ta\n1\tb\n".encode("utf-8"))
+    assert [r["label"] for r in read_rows(tmp_path / "bom.tsv", text_column=1, label_column=0)] == ["0", "1"]
 
 
 @pytest.mark.parametrize("name, content", [
