@@ -38,8 +38,8 @@ def make(seed: int, lr: float) -> tuple[ImageClassifier, ImageDataModule]:
 def plain_loop(steps: int, warmup: int, seed: int, lr: float) -> tuple[list[float], float]:
     module, dm = make(seed, lr)
     model = module.model.train()
-    groups = ft.groups(model, module.heads, "full", module.hparams.weight_decay, 1.0, lambda: True)
-    opt = torch.optim.AdamW(optim._strip_private(groups), lr=lr)
+    groups = ft.groups(model, module.heads, "full", module.hparams.weight_decay, 1.0, module.no_decay)
+    opt = torch.optim.AdamW(groups, lr=lr)
     sched = optim.warmup_schedule(opt, steps, warmup_ratio=0.05)
     losses, t0 = [], 0.0
     loader = dm.train_dataloader()

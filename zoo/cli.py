@@ -181,7 +181,7 @@ def merge_overrides(earlier: list[str], later: list[str]) -> list[str]:
 
 
 def composed_task(overrides: list[str]) -> str:
-    """The task these overrides select, as the composed config says (a preset may set it, not only `task=`)."""
+    """The task these group choices select, as the composed config says (a preset may set it, not only `task=`)."""
     from zoo.config import check_overrides, compose, register_resolvers
 
     register_resolvers()
@@ -202,7 +202,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
 
     user = [o for o in overrides if _key(o) != "ckpt_path"]
     if value == "last":
-        task = composed_task(user)
+        task = composed_task([o for o in user if _key(o) in ("task", "experiment")])
         runs = sorted((_output_root() / task).glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
         if not runs:
             raise ZooError(f"ckpt_path=last: no earlier run of {task} under {_output_root() / task}; "
@@ -226,7 +226,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     previous = _carried([str(o) for o in saved["zoo"].get("overrides", [])])
     in_run = ckpt.parent.name == "checkpoints"
     merged = merge_overrides(previous, user) if in_run else user
-    asked = composed_task(merged)
+    asked = composed_task([o for o in merged if _key(o) in ("task", "experiment")])  # the groups pick the task
     if asked != task:
         raise ZooError(f"checkpoint {ckpt} is from task {task}, but these overrides select {asked}; resume it "
                        f"without the other task's preset, or fine-tune from it with the task's pretrained option")

@@ -183,7 +183,12 @@ def load_module(cfg: DictConfig, ckpt_path: str) -> Any:
     from hydra.utils import get_class
 
     cls = get_class(cfg.task.module._target_)
-    module = cls.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+    try:
+        module = cls.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+    except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise ZooError(f"checkpoint {ckpt_path} does not load into {cls.__name__} ({type(e).__name__}: {first}); "
+                       "it was edited or written by another version of the task") from None
     return module.eval()
 
 

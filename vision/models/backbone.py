@@ -84,6 +84,6 @@ def _from_hub(arch: str, kwargs: dict, required: bool) -> tuple[nn.Module, str]:
         if required:
             raise ZooError(f"pretrained weights for {arch} are not available ({reason[:120]}); "
                            "use pretrained=auto or false for random init, or pretrained=<weights file>") from None
-    log.warning("no pretrained weights for %s (%s): starting from RANDOM INIT", arch, reason[:120])
-    print(f"zoo: WARNING: no pretrained weights for {arch} ({reason[:80]}): training from RANDOM INIT", flush=True)
+    # A warning reaches the console as well as cli.log (configs/hydra/default.yaml): said once, loudly.
+    log.warning("no pretrained weights for %s (%s): training from RANDOM INIT", arch, reason[:120])
     return timm.create_model(arch, pretrained=False, **kwargs), "random init (pretrained=auto: hub weights unavailable)"
