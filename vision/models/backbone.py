@@ -8,8 +8,11 @@ from pathlib import Path
 import timm
 from torch import nn
 
+from vision.models.weights import head_prefixes, load_weights_file
 from zoo.errors import ZooError
 from zoo.hub import hub_online
+
+__all__ = ["create_backbone", "head_prefixes", "list_models", "norm_config"]
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +46,6 @@ def norm_config(arch: str) -> dict:
     return {"mean": list(mean), "std": list(std), "input_size": size}
 
 
-def head_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """Parameter-name prefixes of the classifier head (timm records them in pretrained_cfg['classifier'])."""
-    head = getattr(model, "pretrained_cfg", {}).get("classifier", "fc")
-    return tuple(head) if isinstance(head, (list, tuple)) else (head,)
-
-
 def _is_path(pretrained: str) -> bool:
     return pretrained.endswith(WEIGHT_SUFFIXES) or "/" in pretrained or Path(pretrained).exists()
 
@@ -67,7 +64,6 @@ def create_backbone(arch: str, num_classes: int, in_chans: int = 3, pretrained: 
         return timm.create_model(arch, pretrained=False, **kwargs), "random init"
     if choice in ("true", "auto", "1"):
         return _from_hub(arch, kwargs, required=choice != "auto")
-    from vision.models.weights import load_weights_file
 
     model = timm.create_model(arch, pretrained=False, **kwargs)
     report = load_weights_file(model, Path(str(pretrained)).expanduser(), arch)

@@ -16,6 +16,13 @@ from torch import nn
 
 from zoo.errors import ZooError
 
+
+def head_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """Parameter-name prefixes of the classifier head (timm records them in pretrained_cfg['classifier'])."""
+    head = getattr(model, "pretrained_cfg", {}).get("classifier", "fc")
+    return tuple(head) if isinstance(head, (list, tuple)) else (head,)
+
+
 log = logging.getLogger(__name__)
 
 MIN_MATCH = 0.5  # fraction of the backbone's tensors a file must provide
@@ -60,7 +67,6 @@ def _convert(model: nn.Module, sd: dict) -> dict:
 def load_weights_file(model: nn.Module, path: Path, arch: str) -> str:
     from timm.models import adapt_input_conv
 
-    from vision.models.backbone import head_prefixes
 
     sd = _convert(model, read_state_dict(path, arch))
     own = model.state_dict()
