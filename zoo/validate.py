@@ -46,6 +46,8 @@ def check_types(parsed: list, base: Any) -> None:
         for v in values:
             if v is None or isinstance(v, rule[0]) and not (rule[0] != (bool,) and isinstance(v, bool)):
                 continue
+            if isinstance(v, str) and rule[0] == (int,) and not key.startswith("trainer."):
+                continue  # a task's integer option may also take a name (a column, "auto"); trainer's never do
             shown = str(default).lower() if isinstance(default, bool) else default
             raise ZooError(f"{key}={v!r} is not {rule[1]} (the default is {shown}); e.g. {key}={shown}")
 
