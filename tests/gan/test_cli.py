@@ -3,6 +3,8 @@ predict, resume, DDP on CPU, and bad input as one line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -113,3 +115,6 @@ def test_ddp_cpu_two_ranks(tmp_path, run_zoo):
                    "logger=csv", timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "test/fd_floor" in proc.stdout
+    # both ranks' samples count: one test batch of 16 real images per rank, as many generated
+    assert re.search(r"test/fd_real_samples\s+32\.0000", proc.stdout)
+    assert re.search(r"test/fd_samples\s+32\.0000", proc.stdout)
