@@ -28,7 +28,7 @@ class InterruptCheckpoint(Callback):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the full state: optimizer, loops, RNG
 
 
 def _batch_size(batch: Any) -> int:
