@@ -39,8 +39,11 @@ def run_episodes(policy: Policy, env_id: str, episodes: int, seed: int, env_kwar
 
 
 def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | None = None,
-                   max_frames: int = 1000) -> tuple[np.ndarray | None, float]:
-    """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return)."""
+                   max_frames: int = 1000, every: int = 1) -> tuple[np.ndarray | None, float]:
+    """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return).
+
+    `every`: render every n-th step only (rendering costs more than the step); the return covers the steps played,
+    up to `max_frames * every` of them."""
     # Off-screen rendering: no window, no sound device (pygame otherwise complains about XDG_RUNTIME_DIR).
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -55,10 +58,11 @@ def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | No
         if frame is None:
             return None, float("nan")
         frames.append(frame)
-        for _ in range(max_frames - 1):
+        for t in range(1, max_frames * every):
             obs, reward, terminated, truncated, _ = env.step(policy(np.asarray(obs)[None])[0])
             total += float(reward)
-            frames.append(env.render())
+            if t % every == 0:
+                frames.append(env.render())
             if terminated or truncated:
                 break
     finally:

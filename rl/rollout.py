@@ -82,7 +82,7 @@ class Collector:
         def act(obs: np.ndarray) -> np.ndarray:
             x = self.process_obs(obs, update=False)
             device = next(agent.parameters()).device
-            return self.env_action(agent.act(x.to(device), deterministic=deterministic)[0].cpu())
+            return self.env_action(agent.action(x.to(device), deterministic=deterministic).cpu())
 
         return act
 

@@ -4,8 +4,13 @@
     python scripts/bench_rl.py speed --steps 50000 --repeats 2   # zoo vs scripts/baseline_ppo.py, same settings
     python scripts/bench_rl.py acrobot --seeds 1          # eval return >= -100 within 200k steps?
     python scripts/bench_rl.py pendulum --seeds 1         # eval return >= -300 within 200k steps?
+    PYTHONPATH=/tmp/sb3lib python scripts/bench_rl.py sb3 --seeds 1 2 3      # experiment=rl_cartpole vs SB3
+    python scripts/bench_rl.py cleanrl --seeds 1 2 3      # task=rl/ppo 100k steps vs scripts/baseline_ppo.py
 
 Prints one JSON line per run and a markdown table at the end. Runs are written to a temporary folder.
+`sb3` and `cleanrl` time each process from start to exit, the zoo's as a user runs it (TensorBoard, progress bar,
+evaluations, video, test after fit), alternating zoo and reference per seed so that a busy machine penalises both
+alike; the per-pair ratio zoo / reference is the number to read.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,14 +100,88 @@ def speed(steps: int, repeats: int, timeout: float) -> list[dict]:
     return out
 
 
+def zoo_wall(overrides: list[str], timeout: float) -> dict:
+    """`python -m zoo train <overrides>` exactly as a user runs it, timed from process start to exit; the rolling-20
+    threshold step and the evaluations are read back from its TensorBoard file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, ZOO_OUTPUT_ROOT=tmp, PYTHONPATH=str(ROOT))
+        t = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        wall = time.perf_counter() - t
+        if p.returncode != 0 or "zoo: finished" not in p.stdout:
+            raise SystemExit(f"zoo train {' '.join(overrides)} failed ({p.returncode}):\n{p.stdout[-3000:]}")
+        (tb,) = Path(tmp).glob("rl/ppo/*/tensorboard")
+        acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+        acc.Reload()
+    scalars = {k: acc.Scalars(k) for k in acc.Tags()["scalars"]}
+    steps = {e.step: e.value for e in scalars["train/env_steps"]}
+    hit = next((steps.get(e.step) for e in scalars.get("rollout/return_last20", []) if e.value >= 475), None)
+    last = lambda k: scalars[k][-1].value if k in scalars else float("nan")  # noqa: E731
+    return {"impl": "zoo", "steps": last("train/env_steps"), "steps_to_475": hit,
+            "final_last20": last("rollout/return_last20"), "final_eval": last("val/return"),
+            "test_eval": last("test/return"), "wall_s": round(wall, 1)}
+
+
+def reference_wall(cmd: list[str], timeout: float) -> dict:
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    wall = time.perf_counter() - t
+    last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    if p.returncode != 0 or not last.startswith("{"):
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    return {**json.loads(last), "wall_s": round(wall, 1)}
+
+
+def side_by_side(suite: str, seeds: list[int], timeout: float) -> None:
+    """zoo and reference in turn for each seed; a table of start-to-end seconds and per-pair ratios."""
+    if suite == "sb3":
+        probe = subprocess.run([sys.executable, "-c", "import stable_baselines3"], capture_output=True)
+        if probe.returncode != 0:
+            print("stable-baselines3 is not importable; install it outside the project: .venv/bin/pip install "
+                  "--target /tmp/sb3lib --no-deps stable-baselines3, then run with PYTHONPATH=/tmp/sb3lib")
+            return
+    pairs = []
+    for seed in seeds:
+        if suite == "sb3":
+            zoo = zoo_wall(["experiment=rl_cartpole", f"seed={seed}"], timeout)
+            ref = reference_wall([str(ROOT / "scripts" / "bench_sb3_cartpole.py"), "--seed", str(seed)], timeout)
+        else:
+            zoo = zoo_wall(["task=rl/ppo", f"seed={seed}"], timeout)
+            ref = reference_wall([str(ROOT / "scripts" / "baseline_ppo.py"), "--seed", str(seed)], timeout)
+        pairs.append((seed, zoo, ref))
+        print(json.dumps({"seed": seed, "zoo": zoo, "ref": ref}), flush=True)
+    name = "SB3" if suite == "sb3" else "plain PPO"
+    # SB3's script evaluates 10 deterministic episodes at the end; the plain PPO reports its last 20 episodes.
+    zkey, rkey, what = ("final_eval", "final_eval", "final eval") if suite == "sb3" else \
+        ("final_last20", "return_last20", "last-20 return")
+    print(f"| seed | zoo s | {name} s | ratio zoo/{name} | zoo rolling-20 >= 475 at | {name} at | zoo {what} "
+          f"| {name} {what} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seed, zoo, ref in pairs:
+        print(f"| {seed} | {zoo['wall_s']:.1f} | {ref['wall_s']:.1f} | {zoo['wall_s'] / ref['wall_s']:.2f} | "
+              f"{zoo['steps_to_475'] or '-'} | {ref.get('steps_to_475') or '-'} | {zoo[zkey]:.1f} | "
+              f"{ref[rkey]:.1f} |")
+    ratios = [z["wall_s"] / r["wall_s"] for _, z, r in pairs]
+    print(f"ratio zoo/{name}: median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}"
+          f" over {len(ratios)} pairs; total zoo {sum(z['wall_s'] for _, z, _ in pairs):.0f} s, "
+          f"{name} {sum(r['wall_s'] for _, _, r in pairs):.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("suite", choices=[*SUITES, "speed"])
+    ap.add_argument("suite", choices=[*SUITES, "speed", "sb3", "cleanrl"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--steps", type=int, default=50_000, help="speed: environment steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="speed: zoo/baseline pairs")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     a = ap.parse_args()
+    if a.suite in ("sb3", "cleanrl"):
+        side_by_side(a.suite, a.seeds, a.timeout)
+        return
     if a.suite == "speed":
         runs = speed(a.steps, a.repeats, a.timeout)
         for impl in ("zoo", "baseline"):

@@ -141,3 +141,18 @@ def test_training_a_module_without_optimizer_is_the_shared_error() -> None:
 
     with pytest.raises(NoOptimizerError, match="PPO was built without an optimizer"):
         module().configure_optimizers()
+
+
+def test_record_episode_renders_every_nth_step() -> None:
+    from rl.evaluate import record_episode
+
+    def left(obs: np.ndarray) -> np.ndarray:  # pushing left ends CartPole in ~10 steps
+        return np.zeros(len(obs), dtype=np.int64)
+
+    full, r_full = record_episode(left, "CartPole-v1", seed=3)
+    half, r_half = record_episode(left, "CartPole-v1", seed=3, every=2)
+    assert full.shape[1:] == (400, 600, 3) and full.dtype == np.uint8
+    assert r_half == r_full == len(full) - 1  # same episode: reward 1 per step, one frame per step plus the first
+    assert len(half) == 1 + int(r_full) // 2 and np.array_equal(half[1], full[2])
+    capped, _ = record_episode(left, "CartPole-v1", seed=3, max_frames=3, every=2)
+    assert len(capped) == 3

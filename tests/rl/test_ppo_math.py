@@ -115,6 +115,41 @@ def test_agent_sampling_log_prob_matches_distribution(action: dict) -> None:
     assert torch.equal(det, agent.act(obs, deterministic=True)[0])
 
 
+@pytest.mark.parametrize("action", [{"type": "discrete", "n": 3},
+                                    {"type": "box", "shape": [2], "low": [-1.0, -1.0], "high": [1.0, 1.0]}])
+def test_closed_form_log_prob_and_entropy_match_torch_distributions(action: dict) -> None:
+    from torch.distributions import Categorical, Normal
+
+    from rl.models.agents import PolicyHead
+
+    torch.manual_seed(0)
+    head = PolicyHead(action)
+    out = torch.randn(16, head.out_dim, requires_grad=True)
+    if head.discrete:
+        a = torch.randint(0, 3, (16,))
+        d = Categorical(logits=out)
+        ref_logp, ref_ent = d.log_prob(a), d.entropy()
+    else:
+        head.log_std.data = torch.tensor([-0.5, 0.3])
+        a = torch.randn(16, 2)
+        d = Normal(out, head.log_std.exp().expand_as(out))
+        ref_logp, ref_ent = d.log_prob(a).sum(-1), d.entropy().sum(-1)
+    logp, ent = head.log_prob_entropy(out, a)
+    assert logp.shape == ent.shape == (16,)
+    assert torch.allclose(logp, ref_logp, atol=1e-5) and torch.allclose(ent, ref_ent, atol=1e-5)
+    # Same gradients too (what the update follows).
+    g = torch.autograd.grad((logp + ent).sum(), [out, *head.parameters()])
+    g_ref = torch.autograd.grad((ref_logp + ref_ent).sum(), [out, *head.parameters()])
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(g, g_ref))
+
+
+def test_action_is_the_deterministic_act_without_the_value_pass() -> None:
+    torch.manual_seed(0)
+    agent = build_agent("mlp", {"obs_shape": [4], "obs_dtype": "float32", "action": {"type": "discrete", "n": 2}})
+    obs = torch.randn(32, 4)
+    assert torch.equal(agent.action(obs), agent.act(obs, deterministic=True)[0])
+
+
 def test_orthogonal_init_small_policy_head() -> None:
     agent = build_agent("mlp", {"obs_shape": [4], "obs_dtype": "float32", "action": {"type": "discrete", "n": 2}})
     w = agent.actor[-1].weight  # gain 0.01: near-uniform initial policy (detail #2)
