@@ -1,8 +1,9 @@
 """Image classification data: scikit-learn's digits (offline default), CIFAR-10/100 (torchvision download) and
 ImageFolder (a user's train/ val/ [test/] folders). One DataModule, picked by `dataset=`.
 
-Normalisation and input size follow the backbone's pretrained config (`norm_config`), so weights see the
-inputs they were trained on.
+Normalisation and input size follow the weights `pretrained` picks for the backbone (`norm_config`: timm's config for
+hub weights, the package's for packaged weights, the checkpoint's for a zoo .ckpt), so weights see the inputs they
+were trained on.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class ImageDataModule(pl.LightningDataModule):
                  image_size: int | None = None, channels: int | None = None, batch_size: int = 64,
                  num_workers: int | str = "auto", augment: bool = True, download: bool = True,
                  val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42,
-                 check_images: bool = True) -> None:
+                 check_images: bool = True, pretrained: bool | str = "auto") -> None:
         super().__init__()
         if dataset not in DATASETS:
             raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
@@ -70,7 +71,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.check_images = check_images
         self.channels = channels or (1 if dataset == "digits" else 3)
-        norm = norm_config(arch)
+        norm = norm_config(arch, pretrained)  # the inputs the chosen weights were trained on
         self.image_size = int(image_size or norm["input_size"])
         self.mean, self.std = channel_stats(norm["mean"], self.channels), channel_stats(norm["std"], self.channels)
         self.num_workers = 0 if dataset == "digits" else auto_workers(num_workers)  # in-memory: workers only cost
