@@ -123,4 +123,4 @@ class CTCRecognizer(L.LightningModule):
         from zoo.optim import configure, param_groups
 
         wd = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0) if self.optimizer_factory else 0.0
-        return configure(self, param_groups(self.named_parameters(), weight_decay=wd))
+        return configure(self, param_groups(self, weight_decay=wd))  # the module: norm layers found by type
