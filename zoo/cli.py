@@ -26,6 +26,12 @@ commands:
   test ckpt_path=<file.ckpt>      evaluate a checkpoint on its task's test data
   predict ckpt_path=<file.ckpt> input=<file|folder|text|-> [predict.<option>=...]
                                   one JSON line per input (input=- reads texts from standard input)
+  export ckpt_path=<ckpt|run dir|last> [export.format=onnx|torchscript|exported_program]
+         [export.quantize=none|int8] [export.out=<dir>]
+                                  the model file + model.json in <run dir>/export/, parity-checked on real data
+  serve ckpt_path=<ckpt|run dir|last|export dir> [serve.port=8000] [serve.backend=torch|onnxruntime]
+         [serve.max_batch_size=32]
+                                  HTTP inference on 127.0.0.1: POST /predict, GET /health, GET /metadata
   list [task]                     tasks and experiment presets; with a task, its model names
 
 Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, tensorboard/);
@@ -57,8 +63,13 @@ def _main(argv: list[str]) -> None:
             _evaluate(verb, rest)
         elif verb == "list":
             _list(rest)
+        elif verb == "export":
+            _export(rest)
+        elif verb == "serve":
+            _serve(rest)
         else:
-            raise ZooError(f"unknown command '{verb}': use train, test, predict or list (python -m zoo --help)")
+            raise ZooError(f"unknown command '{verb}': use train, test, predict, export, serve or list "
+                           "(python -m zoo --help)")
     except ZooError as e:
         fail(e)
 
@@ -330,3 +341,69 @@ def _list_task(task: str) -> None:
     print(f"models for {task} (task.module.arch=... or the task's model option):")
     for name in import_attr(spec)():
         print(f"  {name}")
+
+
+# ------------------------------------------------------------------------------------------------ export/serve
+def _deploy_checkpoint(verb: str, rest: list[str]) -> Path:
+    """ckpt_path=<file|run dir|last> -> the checkpoint file (a run dir gives its best, as `zoo test` does)."""
+    bad = [a for a in rest if a.startswith("-")]
+    if bad:
+        raise ZooError(f"`zoo {verb}` takes key=value overrides only, not {bad[0]}")
+    value = _override_value(rest, "ckpt_path")
+    if not value:
+        raise ZooError(f"`zoo {verb}` needs ckpt_path=<file.ckpt|run dir|last> (e.g. outputs/<task>/<run>)")
+    if value == "last":
+        task = composed_task([o for o in rest if _key(o) in ("task", "experiment")])
+        runs = sorted((_output_root() / task).glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise ZooError(f"ckpt_path=last: no run of {task} under {_output_root() / task}; train one with "
+                           f"`python -m zoo train task={task}` or pass task=<domain>/<name>")
+        value = str(runs[-1].parent.parent)
+    path = Path(value).expanduser()
+    if path.is_dir():
+        best = sorted((path / "checkpoints").glob("best*.ckpt")) or sorted(path.glob("best*.ckpt"))
+        path = best[-1] if best else (path / "checkpoints" / "last.ckpt")
+    return path
+
+
+def _deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (DictConfig, checkpoint dict)
+    """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys."""
+    from zoo.checkpoint import checkpoint_task, load_checkpoint
+    from zoo.config import check_overrides, compose, register_resolvers
+
+    ckpt = load_checkpoint(path)
+    task = checkpoint_task(ckpt, path)
+    asked = _override_value(rest, "task")
+    if asked and asked != task:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} checkpoint")
+    user = [o for o in rest if _key(o) not in ("ckpt_path", "task", "experiment")]
+    user = [f"+{o}" if o.startswith(f"{verb}.") else o for o in user]
+    carried = [o for o in _carried(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
+    run_dir = path.resolve().parent.parent if path.resolve().parent.name == "checkpoints" else path.resolve().parent
+    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir}'", f"ckpt_path='{path.resolve()}'",
+                 "logger=none"]
+    register_resolvers()
+    check_overrides(overrides, sweeps=False)
+    return compose(overrides), ckpt
+
+
+def _export(rest: list[str]) -> None:
+    from zoo.export import export
+
+    path = _deploy_checkpoint("export", rest)
+    cfg, ckpt = _deploy_config("export", rest, path)
+    export(cfg, str(path), ckpt)
+
+
+def _serve(rest: list[str]) -> None:
+    from zoo.serve import serve, serve_options
+
+    value = _override_value(rest, "ckpt_path")
+    exported = Path(value).expanduser() if value else None
+    if exported is not None and exported.is_file() and exported.suffix in (".onnx", ".ts", ".pt2"):
+        exported = exported.parent
+    if exported is not None and (exported / "model.json").is_file():  # an export folder: no checkpoint needed
+        return serve(serve_options(rest), export_dir=exported)
+    path = _deploy_checkpoint("serve", rest)
+    cfg, _ = _deploy_config("serve", rest, path)
+    serve(dict(cfg.get("serve") or {}), cfg=cfg, ckpt_path=str(path))

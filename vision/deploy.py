@@ -1,0 +1,103 @@
+"""Export and serving hooks for vision/resnet (called by zoo/export.py and zoo/serve.py; see their docstrings).
+
+Exported graph: normalised images (B, C, H, W) float32 -> logits (B, num_classes), dynamic batch. Normalisation
+stays outside the graph (model.json says how), so a consumer can feed tensors it already normalised.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from zoo.export import Examples, Graph, compare
+
+FORMATS = ("onnx", "torchscript", "exported_program")
+EXPORTER = "dynamo"  # torch.onnx's dynamo exporter handles timm ResNets (max abs diff ~1e-7)
+TOLERANCE = 1e-3     # on logits, fp32
+
+
+def export_graph(module: Any) -> Graph:
+    return Graph(module.model, ["images"], ["logits"], {"images": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
+    """Up to n images of the task's validation split, as the evaluation transform prepares them."""
+    from zoo.run import build_checked_data
+
+    data = build_checked_data(cfg, module)
+    data.prepare_data()
+    data.setup("validate")
+    out, seen = [], 0
+    for x, y in data.val_dataloader():
+        out.append(Examples((x[: n - seen].contiguous(),), y[: n - seen]))
+        seen += len(out[-1].targets)
+        if seen >= n:
+            break
+    return out
+
+
+def metadata(module: Any, cfg: Any) -> dict:
+    hp = module.hparams
+    return {
+        "preprocess": {
+            "color_mode": "L" if hp.in_chans == 1 else "RGB", "channels": hp.in_chans, "image_size": hp.image_size,
+            "resize": f"shorter side to {hp.image_size} (bilinear, antialiased), then centre crop {hp.image_size}",
+            "scale": "pixels / 255, then (x - mean) / std per channel", "mean": list(hp.mean), "std": list(hp.std),
+            "layout": "NCHW float32",
+        },
+        "postprocess": {"logits": "unnormalised class scores; softmax gives probabilities, argmax the class"},
+        "class_names": list(module.class_names),
+    }
+
+
+def extra_files(module: Any) -> dict[str, bytes]:
+    return {}
+
+
+def parity(ref: list[np.ndarray], out: list[np.ndarray]) -> dict:
+    return compare(ref, out, TOLERANCE, float(np.mean(ref[0].argmax(-1) == out[0].argmax(-1))))
+
+
+def score(outputs: list[list[np.ndarray]], targets: list[Any]) -> tuple[str, float]:
+    pred = np.concatenate([o[0].argmax(-1) for o in outputs])
+    return "acc", float(np.mean(pred == np.concatenate([np.asarray(t) for t in targets])))
+
+
+# ---------------------------------------------------------------------------------------------- serving
+class Handler:
+    """POST /predict with an image upload (the body, or a multipart file) -> top-k labels and probabilities."""
+
+    content_types = ("image/", "application/octet-stream")
+    pad: dict[str, float] = {}
+
+    def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
+        from vision.data import eval_transform
+
+        pre = meta["preprocess"]
+        self.mode = pre["color_mode"]
+        self.transform = eval_transform(pre["image_size"], pre["mean"], pre["std"], resize=True)
+        self.names = meta["class_names"]
+        self.top_k = min(5, len(self.names))
+
+    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+        from PIL import Image, UnidentifiedImageError
+
+        from zoo.serve import BadRequest
+
+        try:
+            with Image.open(io.BytesIO(body)) as im:
+                image = im.convert(self.mode)
+        except (UnidentifiedImageError, OSError, ValueError) as e:
+            raise BadRequest(400, f"cannot decode the image ({type(e).__name__}); send a PNG, JPEG or other "
+                                  "image file as the request body") from None
+        return {"images": self.transform(image).unsqueeze(0).numpy()}
+
+    def encode(self, outputs: list[np.ndarray], item: dict) -> dict:
+        logits = outputs[0][0].astype(np.float64)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        top = np.argsort(-p)[: self.top_k]
+        return {"label": self.names[int(top[0])],
+                "top_k": [{"label": self.names[int(i)], "prob": round(float(p[i]), 4)} for i in top]}
