@@ -1,0 +1,148 @@
+"""Export and serving hooks for speech/ctc (called by zoo/export.py and zoo/serve.py; see their docstrings).
+
+Exported graph: log-Mel features (B, n_mels, F) float32 + frame counts (B,) int64 -> CTC log-probs (B, T', V) +
+output lengths (B,). The waveform front end stays outside the graph: torch.stft does not export with either ONNX
+exporter here (the TorchScript-based one fails on torchaudio's Spectrogram reshape, the dynamo one on the packed
+LSTM), so model.json describes the features exactly (STFT, mel filterbank, log, per-utterance normalisation) and
+`zoo serve` computes them with the checkpoint's own LogMel. The recurrent model exports with the TorchScript-based
+exporter, which maps pack_padded_sequence onto ONNX's LSTM sequence lengths (max abs diff ~1e-7, measured).
+ExportedProgram is not offered: torch.export fails on the packed sequence as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from zoo.export import Examples, Graph, compare
+
+FORMATS = ("onnx", "torchscript")
+WHY_NOT = {"exported_program": "torch.export cannot trace the packed LSTM"}
+EXPORTER = "torchscript"
+TOLERANCE = 1e-3  # on log-probs
+
+
+class _Acoustic(torch.nn.Module):
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.model = module.model
+
+    def forward(self, features: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, lengths = self.model(features, frames)
+        return logits.float().log_softmax(-1), lengths
+
+
+def export_graph(module: Any) -> Graph:
+    return Graph(_Acoustic(module), ["features", "frames"], ["log_probs", "out_lengths"],
+                 {"features": {0: "batch", 2: "frames"}, "frames": {0: "batch"},
+                  "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
+
+
+def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
+    """Up to n validation utterances, through the checkpoint's own front end."""
+    from zoo.run import build_checked_data
+
+    data = build_checked_data(cfg, module)
+    data.prepare_data()
+    data.setup("validate")
+    out, seen = [], 0
+    with torch.inference_mode():
+        for batch in data.val_dataloader():
+            k = min(len(batch["lengths"]), n - seen)
+            feats, frames = module.features(batch["wave"][:k], batch["lengths"][:k])
+            out.append(Examples((feats.contiguous(), frames),
+                                {"texts": list(batch["texts"][:k]), "tokens": list(module.vocab.tokens)}))
+            seen += k
+            if seen >= n:
+                break
+    return out
+
+
+def metadata(module: Any, cfg: Any) -> dict:
+    hp, mel = module.hparams, module.features.mel
+    spec = mel.spectrogram
+    return {
+        "preprocess": {
+            "input": "log-Mel features, not the waveform (torch.stft does not export; see speech/deploy.py)",
+            "sample_rate": hp.sample_rate, "mono": True, "n_mels": hp.n_mels, "n_fft": spec.n_fft,
+            "win_length": spec.win_length, "hop_length": spec.hop_length, "window": "hann (periodic)",
+            "center": True, "pad_mode": "reflect", "power": 2.0, "mel_scale": "htk", "mel_norm": None,
+            "f_min": 0.0, "f_max": hp.sample_rate / 2,
+            "log": "ln(mel + 1e-6)",
+            "normalization": "per utterance and mel bin over the real frames: (x - mean) / sqrt(var + 1e-5); "
+                             "padding frames set to 0",
+            "frames": "samples // hop_length + 1",
+        },
+        "vocabulary": list(module.vocab.tokens), "blank_index": 0,
+        "postprocess": {"greedy": "argmax per frame up to out_lengths, merge repeats, drop the blank (index 0), "
+                                  "join the tokens, collapse spaces"},
+    }
+
+
+def extra_files(module: Any) -> dict[str, bytes]:
+    return {}
+
+
+def transcripts(log_probs: np.ndarray, lengths: np.ndarray, tokens: list[str]) -> list[str]:
+    from speech.decoding import greedy_decode
+
+    return greedy_decode(torch.from_numpy(log_probs), torch.from_numpy(lengths), tokens)
+
+
+def parity(ref: list[np.ndarray], out: list[np.ndarray]) -> dict:
+    a, b = ref[0].argmax(-1), out[0].argmax(-1)  # greedy paths: equal paths give equal transcripts
+    same = [np.array_equal(a[i, :n], b[i, :n]) for i, n in enumerate(ref[1])]
+    return compare(ref, out, TOLERANCE, float(np.mean(same)))
+
+
+def score(outputs: list[list[np.ndarray]], targets: list[Any]) -> tuple[str, float]:
+    """Character error rate of the greedy transcripts against the reference texts."""
+    from torchmetrics.functional.text import char_error_rate
+
+    hyps = [h for o, t in zip(outputs, targets) for h in transcripts(o[0], o[1], t["tokens"])]
+    refs = [r for t in targets for r in t["texts"]]
+    return "cer", float(char_error_rate(hyps, refs))
+
+
+# ---------------------------------------------------------------------------------------------- serving
+class Handler:
+    """POST /predict with a wav/flac upload (mono or mixed down; resampled to the model's rate) -> transcript."""
+
+    content_types = ("audio/", "application/octet-stream")
+    pad = {"features": 0.0, "frames": 0}
+
+    def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
+        from speech.features import LogMel
+
+        pre = meta["preprocess"]
+        self.rate = int(pre["sample_rate"])
+        self.front = module.features if module is not None else LogMel(self.rate, int(pre["n_mels"]))
+        self.tokens = meta["vocabulary"]
+        self.max_seconds = 60.0
+
+    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+        import io
+
+        import soundfile as sf
+
+        from zoo.serve import BadRequest
+
+        try:
+            wave, rate = sf.read(io.BytesIO(body), dtype="float32", always_2d=True)
+        except Exception as e:  # noqa: BLE001 - soundfile raises LibsndfileError, RuntimeError, TypeError
+            raise BadRequest(400, f"cannot decode the audio ({type(e).__name__}); send a wav or flac file") from None
+        wave = torch.from_numpy(wave.mean(1))
+        if len(wave) == 0 or len(wave) > self.max_seconds * rate:
+            raise BadRequest(422, f"audio of {len(wave) / rate:.1f}s: send between 0 and {self.max_seconds:g} s")
+        if rate != self.rate:
+            import torchaudio
+
+            wave = torchaudio.functional.resample(wave, rate, self.rate)
+        with torch.inference_mode():
+            feats, frames = self.front(wave[None], torch.tensor([len(wave)]))
+        return {"features": feats.numpy(), "frames": frames.numpy()}
+
+    def encode(self, outputs: list[np.ndarray], item: dict) -> dict:
+        return {"text": transcripts(outputs[0], outputs[1], self.tokens)[0]}
