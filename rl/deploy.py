@@ -115,7 +115,7 @@ class Handler:
 
     def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
         self.shape = tuple(meta["env"]["observation_shape"])
-        self.dtype = np.dtype(meta["inputs"][0]["dtype"])
+        self.dtype = np.uint8 if meta["env"]["observation_dtype"] == "uint8" else np.float32
         self.discrete = meta["env"]["action_space"]["type"] == "discrete"
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
