@@ -6,6 +6,7 @@
     python scripts/bench_rl.py pendulum --seeds 1         # eval return >= -300 within 200k steps?
     PYTHONPATH=/tmp/sb3lib python scripts/bench_rl.py sb3 --seeds 1 2 3      # experiment=rl_cartpole vs SB3
     python scripts/bench_rl.py cleanrl --seeds 1 2 3      # task=rl/ppo 100k steps vs scripts/baseline_ppo.py
+    python scripts/bench_rl.py phases experiment=rl_cartpole seed=1   # where one zoo run's time goes
 
 Prints one JSON line per run and a markdown table at the end. Runs are written to a temporary folder.
 `sb3` and `cleanrl` time each process from start to exit, the zoo's as a user runs it (TensorBoard, progress bar,
@@ -171,7 +172,52 @@ def side_by_side(suite: str, seeds: list[int], timeout: float) -> None:
           f"{name} {sum(r['wall_s'] for _, _, r in pairs):.0f} s")
 
 
+def phases(overrides: list[str]) -> None:
+    """Run `zoo train <overrides>` in this process with timers around PPO's phases; print them as one JSON line.
+    (cProfile's per-call overhead inflates the many small calls of a PPO update several times over.)"""
+    t_start = time.perf_counter()
+    sys.path.insert(0, str(ROOT))
+    import lightning.pytorch as pl
+
+    import rl.module
+    import rl.rollout
+
+    spent: dict[str, float] = {}
+
+    def timed(cls: type, name: str, label: str) -> None:
+        fn = getattr(cls, name)
+
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+
+        setattr(cls, name, wrapper)
+
+    t_imported = time.perf_counter()
+    for cls, name, label in [(pl.Trainer, "fit", "fit"), (pl.Trainer, "test", "test_after_fit"),
+                             (rl.module.PPO, "training_step", "updates"), (rl.rollout.Collector, "collect", "rollouts"),
+                             (rl.module.PPO, "_learn", "optimizer_steps"), (rl.module.PPO, "_log_update", "logging"),
+                             (rl.module.PPO, "_evaluate", "evaluations"), (rl.module.PPO, "on_train_end", "video")]:
+        timed(cls, name, label)
+    from zoo.cli import main as zoo_main
+
+    sys.argv = ["zoo", "train", *overrides]
+    try:
+        zoo_main()
+    finally:
+        total = time.perf_counter() - t_start
+        out = {"import_lightning_rl_s": round(t_imported - t_start, 2),
+               **{k: round(v, 2) for k, v in spent.items()}, "process_s": round(total, 2)}
+        print(json.dumps(out), flush=True)
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "phases":
+        phases(sys.argv[2:])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("suite", choices=[*SUITES, "speed", "sb3", "cleanrl"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
