@@ -1,0 +1,148 @@
+"""Deployment benchmarks and the RL play loop.
+
+    python scripts/bench_deploy.py play <rl export dir> [--episodes 10] [--seed 0]
+        an exported PPO agent plays its gymnasium env in a plain ONNX Runtime loop (torch is never imported)
+    python scripts/bench_deploy.py latency <run dir> [--repeats 5] [--seconds 2] [--threads 2]
+        batch-1 latency and batch-32 throughput of PyTorch eager, TorchScript, ONNX Runtime fp32 and int8 (exports
+        the checkpoint first into <run dir>/bench_export/), the variants alternated round by round, with the
+        validation metric of each; prints a markdown table (median and min-max over the rounds) and `uptime`
+
+Numbers in docs/deploy.md come from these commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------- play (no torch)
+def play(folder: Path, episodes: int, seed: int) -> dict:
+    import gymnasium as gym
+    import numpy as np
+    import onnxruntime as ort
+
+    meta = json.loads((folder / "model.json").read_text())
+    env = gym.make(meta["env"]["id"], **meta["env"]["kwargs"])
+    sess = ort.InferenceSession(str(folder / meta["file"]), providers=["CPUExecutionProvider"])
+    dtype = np.uint8 if meta["env"]["observation_dtype"] == "uint8" else np.float32
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            action = sess.run(["action"], {"obs": np.asarray(obs, dtype=dtype)[None]})[0][0]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return {"env": meta["env"]["id"], "returns": returns, "mean": sum(returns) / len(returns),
+            "torch_imported": "torch" in sys.modules}
+
+
+# ---------------------------------------------------------------------------------------------- latency
+def export_variants(run: Path, out: Path) -> dict[str, Path]:
+    """fp32 ONNX, int8 ONNX and TorchScript exports of the run's best checkpoint (through the real CLI)."""
+    folders = {"onnx": out / "onnx", "int8": out / "int8", "torchscript": out / "torchscript"}
+    args = {"onnx": [], "int8": ["export.quantize=int8"], "torchscript": ["export.format=torchscript"]}
+    for name, folder in folders.items():
+        if not (folder / "model.json").is_file():
+            subprocess.run([sys.executable, "-m", "zoo", "export", f"ckpt_path={run}", f"export.out={folder}",
+                            *args[name]], check=True, cwd=ROOT)
+    return folders
+
+
+def timed(fn, seconds: float) -> float:
+    """Median seconds per call over about `seconds` of calls (after one warm-up call)."""
+    import statistics
+
+    fn()
+    times, start = [], time.perf_counter()
+    while time.perf_counter() - start < seconds or len(times) < 3:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def latency(run: Path, repeats: int, seconds: float, threads: int) -> None:
+    import statistics
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from zoo.cli import _deploy_checkpoint, _deploy_config
+    from zoo.export import Runner, numpy_outputs
+    from zoo.run import load_module
+
+    torch.set_num_threads(threads)
+    folders = export_variants(run, run / "bench_export")
+    path = _deploy_checkpoint("export", [f"ckpt_path={run}"])
+    cfg, _ = _deploy_config("export", [f"ckpt_path={path}"], path)
+    import importlib
+
+    deploy = importlib.import_module(str(cfg.task.deploy))
+    module = load_module(cfg, str(path))
+    graph = deploy.export_graph(module)
+    batches = deploy.example_batches(module, cfg, 10_000)  # the whole validation split for the metric
+    names = graph.inputs
+    runners = {"eager": lambda a: numpy_outputs(graph.module(*[torch.from_numpy(x) for x in a]))}
+    for name, folder in folders.items():
+        meta = json.loads((folder / "model.json").read_text())
+        runners[name] = Runner(folder / meta["file"], meta["format"], names, threads)
+    # Batch 1 and batch 32 from the first validation examples (nlp: the same padded length for all variants).
+    first = [t.cpu().numpy() for t in batches[0].inputs]
+    b32 = [np.ascontiguousarray(np.concatenate([a] * (32 // len(a) + 1))[:32]) for a in first]
+    b1 = [np.ascontiguousarray(a[:1]) for a in first]
+    rows: dict[str, dict[str, list[float]]] = {k: {"b1": [], "b32": []} for k in runners}
+    with torch.inference_mode():
+        for _ in range(repeats):  # alternate the variants each round: load changes hit them all alike
+            for name, fn in runners.items():
+                rows[name]["b1"].append(1000 * timed(lambda: fn(b1), seconds))
+                rows[name]["b32"].append(32 / timed(lambda: fn(b32), seconds))
+        metrics = {}
+        for name, fn in runners.items():
+            outs = [fn([t.cpu().numpy() for t in b.inputs]) for b in batches]
+            s = deploy.score(outs, [b.targets for b in batches]) if batches[0].targets is not None else None
+            metrics[name] = f"{s[0]} {s[1]:.4f}" if s else "-"
+    n = sum(len(b.inputs[0]) for b in batches)
+    print(f"\n{cfg.task.name}: {path.name}, {threads} threads, {repeats} rounds x {seconds:g} s per variant, "
+          f"metric on {n} validation examples")
+    print("| variant | batch 1 latency ms (median, min-max) | batch 32 items/s (median, min-max) | val metric |")
+    print("|---|---|---|---|")
+    for name, r in rows.items():
+        b1s, b32s = r["b1"], r["b32"]
+        print(f"| {name} | {statistics.median(b1s):.2f} ({min(b1s):.2f}-{max(b1s):.2f}) | "
+              f"{statistics.median(b32s):.0f} ({min(b32s):.0f}-{max(b32s):.0f}) | {metrics[name]} |")
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("play")
+    a.add_argument("folder", type=Path)
+    a.add_argument("--episodes", type=int, default=10)
+    a.add_argument("--seed", type=int, default=0)
+    b = sub.add_parser("latency")
+    b.add_argument("run", type=Path)
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--seconds", type=float, default=2.0)
+    b.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    if args.cmd == "play":
+        print(json.dumps(play(args.folder, args.episodes, args.seed)))
+    else:
+        latency(args.run, args.repeats, args.seconds, args.threads)
+
+
+if __name__ == "__main__":
+    main()
