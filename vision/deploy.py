@@ -30,7 +30,8 @@ def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     data.prepare_data()
     data.setup("validate")
     out, seen = [], 0
-    for x, y in data.val_dataloader():
+    for batch in data.val_dataloader():  # (images, labels[, sample indices])
+        x, y = batch[0], batch[1]
         out.append(Examples((x[: n - seen].contiguous(),), y[: n - seen]))
         seen += len(out[-1].targets)
         if seen >= n:
