@@ -8,6 +8,7 @@ were trained on.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from torchvision.transforms import v2
 
 from zoo.errors import ZooError
 from zoo.images import IMAGE_EXTENSIONS, check_images, is_image_file
+
+log = logging.getLogger(__name__)
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder")
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -44,15 +47,15 @@ def eval_transform(size: int, mean: list[float], std: list[float], resize: bool 
 class TransformDataset(Dataset):
     """Applies a transform to (image, label) pairs of another dataset."""
 
-    def __init__(self, base: Dataset, transform: Any) -> None:
-        self.base, self.transform = base, transform
+    def __init__(self, base: Dataset, transform: Any, with_index: bool = False) -> None:
+        self.base, self.transform, self.with_index = base, transform, with_index
 
     def __len__(self) -> int:
         return len(self.base)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, i: int) -> tuple:
         x, y = self.base[i]
-        return self.transform(x), int(y)
+        return (self.transform(x), int(y), i) if self.with_index else (self.transform(x), int(y))
 
 
 class ImageDataModule(pl.LightningDataModule):
@@ -60,7 +63,7 @@ class ImageDataModule(pl.LightningDataModule):
                  image_size: int | None = None, channels: int | None = None, batch_size: int = 64,
                  num_workers: int | str = "auto", augment: bool = True, download: bool = True,
                  val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42,
-                 check_images: bool = True, pretrained: bool | str = "auto") -> None:
+                 check_images: bool = True, pretrained: bool | str = "auto", cache_features: bool = False) -> None:
         super().__init__()
         if dataset not in DATASETS:
             raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
@@ -70,6 +73,11 @@ class ImageDataModule(pl.LightningDataModule):
         self.batch_size, self.augment, self.download, self.seed = batch_size, augment, download, seed
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.check_images = check_images
+        # the module caches a frozen backbone's features by sample index: batches carry it, inputs stay fixed
+        self.with_index = bool(cache_features)
+        if self.with_index and augment:
+            log.info("cache_features: training images are not augmented (cached features stand for fixed inputs)")
+            self.augment = False
         self.channels = channels or (1 if dataset == "digits" else 3)
         norm = norm_config(arch, pretrained)  # the inputs the chosen weights were trained on
         self.image_size = int(image_size or norm["input_size"])
@@ -137,9 +145,9 @@ class ImageDataModule(pl.LightningDataModule):
             n_val = int(len(train) * self.val_fraction)
             gen = torch.Generator().manual_seed(self.seed)
             val_idx, train_idx = torch.randperm(len(train), generator=gen).split([n_val, len(train) - n_val])
-            self.train_set = TransformDataset(torch.utils.data.Subset(train, train_idx.tolist()), self.train_transform())
-            self.val_set = TransformDataset(torch.utils.data.Subset(train, val_idx.tolist()), self.eval_transform())
-            self.test_set = TransformDataset(test, self.eval_transform())
+            self.train_set = self._wrap(torch.utils.data.Subset(train, train_idx.tolist()), self.train_transform())
+            self.val_set = self._wrap(torch.utils.data.Subset(train, val_idx.tolist()), self.eval_transform())
+            self.test_set = self._wrap(test, self.eval_transform())
         else:
             self._setup_folder()
 
@@ -157,9 +165,9 @@ class ImageDataModule(pl.LightningDataModule):
         val_size = self.val_fraction / (1 - self.test_fraction)
         train, val = train_test_split(rest, test_size=val_size, stratify=y[rest], random_state=self.seed)
         ds = TensorDataset(x, y)
-        self.train_set = TransformDataset(torch.utils.data.Subset(ds, train.tolist()), self.train_transform())
-        self.val_set = TransformDataset(torch.utils.data.Subset(ds, val.tolist()), self.eval_transform())
-        self.test_set = TransformDataset(torch.utils.data.Subset(ds, test.tolist()), self.eval_transform())
+        self.train_set = self._wrap(torch.utils.data.Subset(ds, train.tolist()), self.train_transform())
+        self.val_set = self._wrap(torch.utils.data.Subset(ds, val.tolist()), self.eval_transform())
+        self.test_set = self._wrap(torch.utils.data.Subset(ds, test.tolist()), self.eval_transform())
 
     def _setup_folder(self) -> None:
         mode = "L" if self.channels == 1 else "RGB"
@@ -173,9 +181,12 @@ class ImageDataModule(pl.LightningDataModule):
         test = CheckedImageFolder(test_dir, self.class_names, mode) if test_dir.is_dir() else val
         if self.check_images:  # every unreadable file named now, not the first one mid-epoch
             check_images(dict.fromkeys(p for ds in (train, val, test) for p, _ in ds.samples), str(self.root))
-        self.train_set = TransformDataset(train, self.train_transform())
-        self.val_set = TransformDataset(val, self.eval_transform())
-        self.test_set = TransformDataset(test, self.eval_transform())
+        self.train_set = self._wrap(train, self.train_transform())
+        self.val_set = self._wrap(val, self.eval_transform())
+        self.test_set = self._wrap(test, self.eval_transform())
+
+    def _wrap(self, base: Dataset, transform: Any) -> TransformDataset:
+        return TransformDataset(base, transform, with_index=self.with_index)
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:

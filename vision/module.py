@@ -33,6 +33,7 @@ class ImageClassifier(pl.LightningModule):
         label_smoothing: float = 0.0,
         drop_rate: float = 0.0,
         log_images: int = 16,
+        cache_features: bool = False,
         optimizer: Any = None,
         scheduler: Any = None,
     ) -> None:
@@ -40,6 +41,9 @@ class ImageClassifier(pl.LightningModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if finetune not in ft.STRATEGIES:
             raise ZooError(f"unknown finetune strategy '{finetune}': use one of {', '.join(ft.STRATEGIES)}")
+        if cache_features and finetune != "linear_probe":
+            raise ZooError(f"task.module.cache_features=true needs a frozen backbone (finetune=linear_probe), not "
+                           f"finetune={finetune}; set task.module.cache_features=false")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.model, self.pretrained_source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.heads = head_prefixes(self.model)
@@ -56,7 +60,8 @@ class ImageClassifier(pl.LightningModule):
             for stage in ("val", "test"):
                 self.metrics[f"{stage}_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
         self.confusion = MulticlassConfusionMatrix(num_classes)
-        self._samples: tuple | None = None
+        self._samples: list[tuple] = []
+        self._features: dict[tuple[str, int], torch.Tensor] = {}  # cache_features: (stage, sample index) -> pooled
 
     # ------------------------------------------------------------------ inference
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -64,9 +69,28 @@ class ImageClassifier(pl.LightningModule):
         return self.model(images)
 
     # ------------------------------------------------------------------ steps
+    def _logits(self, batch: tuple, stage: str) -> torch.Tensor:
+        """Logits for the batch; with cache_features, the frozen backbone runs once per sample, ever."""
+        if not self.hparams.cache_features:
+            return self(batch[0])
+        if len(batch) < 3:
+            raise ZooError("task.module.cache_features=true needs batches with sample indices: set "
+                           "task.data.cache_features=true as well (the task config links the two)")
+        keys = [(stage, i) for i in batch[2].tolist()]
+        todo = [j for j, k in enumerate(keys) if k not in self._features]
+        if todo:
+            with torch.no_grad():
+                self.model.eval()  # no dropout in what is cached
+                pooled = self.model.forward_head(self.model.forward_features(batch[0][todo]), pre_logits=True)
+                self.train(self.training)  # back, with the frozen backbone's BatchNorm rule
+            self._features.update({keys[j]: f for j, f in zip(todo, pooled)})
+        pooled = torch.stack([self._features[k] for k in keys])  # (B, num_features)
+        pooled = F.dropout(pooled, self.hparams.drop_rate, training=self.training)
+        return self.model.get_classifier()(pooled)
+
     def shared_step(self, batch: tuple, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = batch
-        logits = self(x)
+        x, y = batch[0], batch[1]
+        logits = self._logits(batch, stage)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing if stage == "train" else 0.0)
         on_step = stage == "train"
         self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=not on_step)
@@ -82,13 +106,25 @@ class ImageClassifier(pl.LightningModule):
 
     def validation_step(self, batch: tuple, batch_idx: int) -> None:
         _, logits = self.shared_step(batch, "val")
-        if batch_idx == 0 and self.hparams.log_images:
-            n = self.hparams.log_images
-            self._samples = (batch[0][:n].detach(), logits[:n].argmax(-1), batch[1][:n])
+        if self.hparams.log_images:
+            self._keep_samples(batch[0], logits.argmax(-1), batch[1])
 
     def test_step(self, batch: tuple, batch_idx: int) -> None:
         _, logits = self.shared_step(batch, "test")
         self.confusion(logits, batch[1])
+
+    def _keep_samples(self, x: torch.Tensor, pred: torch.Tensor, true: torch.Tensor) -> None:
+        """For the image grid: the first image of each class, then mistakes (val sets are often sorted by class,
+        so the first batch alone would show one class)."""
+        n, classes = self.hparams.log_images, self.hparams.num_classes
+        seen = {t for _, _, t in self._samples}
+        for i, (p, t) in enumerate(zip(pred.tolist(), true.tolist())):
+            unseen_slots = min(n, classes) - len(seen)  # kept free for classes still to come
+            if t not in seen or (p != t and len(self._samples) < n - max(0, unseen_slots)):
+                self._samples.append((x[i].detach().cpu(), p, t))
+                seen.add(t)
+            if len(self._samples) >= n:
+                return
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -123,17 +159,17 @@ class ImageClassifier(pl.LightningModule):
         tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
 
     def on_validation_epoch_end(self) -> None:
-        if self._samples is None or self.trainer.sanity_checking:
+        samples, self._samples = self._samples, []
+        if not samples or self.trainer.sanity_checking:
             return
         from vision.viz import captioned_grid
 
-        x, pred, true = self._samples
-        images = (x * self.std + self.mean).clamp(0, 1)
+        samples.sort(key=lambda s: s[2])  # by true class
+        x = torch.stack([s[0] for s in samples])
+        images = (x * self.std.cpu() + self.mean.cpu()).clamp(0, 1)
         names = self.class_names
-        captions = [f"{names[p]}/{names[t]}" for p, t in zip(pred.tolist(), true.tolist())]
-        colours = [(0, 120, 0) if p == t else (200, 0, 0) for p, t in zip(pred.tolist(), true.tolist())]
-        tb.log_image(self, "val/predicted_true", captioned_grid(images, captions, colours))
-        self._samples = None
+        tb.log_image(self, "val/predicted_true",
+                     captioned_grid(images, [(names[p], names[t]) for _, p, t in samples]))
 
     def on_test_epoch_end(self) -> None:
         matrix = self.confusion.compute()

@@ -239,3 +239,33 @@ def test_groups_are_the_same_when_fsdp_wraps_layers():
     for p in module.model.parameters():
         p.data = p.data.reshape(-1)
     assert summary() == before
+
+
+def test_cache_features_runs_the_frozen_backbone_once_per_image():
+    """A linear probe with cache_features: each image passes the backbone once (train and val apart), the head
+    trains on the cached features, and the logits equal the uncached model's."""
+    n = 24
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(n, 3, 16, 16, generator=g), torch.randint(0, 4, (n,), generator=g), torch.arange(n))
+    module = tiny_module(finetune="linear_probe", cache_features=True)
+    seen: list[int] = []
+    forward_features = module.model.forward_features
+    module.model.forward_features = lambda x: (seen.append(len(x)), forward_features(x))[1]
+    backbone0, head0 = snapshot(module)
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=3, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, DataLoader(ds, batch_size=8, shuffle=True), DataLoader(ds, batch_size=8))
+    assert sum(seen) == 2 * n  # 3 epochs of train and val: one backbone pass per image and stage
+    backbone1, head1 = snapshot(module)
+    assert changed(head0, head1) == set(head0) and changed(backbone0, backbone1) == set()
+    module.eval()
+    x, y, idx = ds[:8]
+    assert torch.allclose(module._logits((x, y, idx), "val"), module.model(x), atol=1e-5)
+
+
+def test_cache_features_needs_a_frozen_backbone_and_indexed_batches():
+    with pytest.raises(ZooError, match="cache_features=true needs a frozen backbone .*finetune=full"):
+        tiny_module(finetune="full", cache_features=True)
+    module = tiny_module(finetune="linear_probe", cache_features=True)
+    with pytest.raises(ZooError, match="set task.data.cache_features=true"):
+        module._logits((torch.zeros(2, 3, 16, 16), torch.zeros(2)), "train")
