@@ -234,7 +234,8 @@ def _cifar100_classes() -> list[str]:
 
 def _folder_classes(train_dir: Path, root: Path) -> list[str]:
     if not root.is_dir():
-        raise ZooError(f"image folder not found: {root}; set task.data.root to a folder with train/ and val/")
+        raise ZooError(f"image folder not found: {root}; set task.data.root to a folder with train/ and val/ "
+                       "(presets on the shared photos read $ZOO_SHARED_DATA/images/..., default ../shared/data)")
     if not train_dir.is_dir():
         raise ZooError(f"{root} has no train/ folder; ImageFolder data needs <root>/train/<class>/*.jpg "
                        "and <root>/val/<class>/*.jpg")

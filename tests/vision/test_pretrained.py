@@ -168,3 +168,10 @@ def test_bad_pretrained_is_one_line(tmp_path, pretrained, arch, message):
     with pytest.raises(ZooError, match=message) as err:
         backbone.create_backbone(arch, num_classes=3, pretrained=pretrained)
     assert "\n" not in str(err.value)
+
+
+def test_a_fresh_head_on_pretrained_features_starts_at_zero(monkeypatch):
+    model, _ = backbone.create_backbone(ARCH, num_classes=4, pretrained="package")
+    assert model.classifier.weight.abs().sum() == 0 and model.classifier.bias.abs().sum() == 0
+    scratch, _ = backbone.create_backbone(ARCH, num_classes=4, pretrained=False)
+    assert scratch.classifier.weight.abs().sum() > 0  # random init keeps timm's init
