@@ -175,3 +175,14 @@ def test_a_fresh_head_on_pretrained_features_starts_at_zero(monkeypatch):
     assert model.classifier.weight.abs().sum() == 0 and model.classifier.bias.abs().sum() == 0
     scratch, _ = backbone.create_backbone(ARCH, num_classes=4, pretrained=False)
     assert scratch.classifier.weight.abs().sum() > 0  # random init keeps timm's init
+
+
+def test_imagefolder_preset_fine_tunes_the_packaged_weights_offline(monkeypatch):
+    from zoo.testing import compose
+
+    monkeypatch.setattr(backbone, "hub_online", lambda: False)
+    module = compose(["experiment=vision_imagefolder"]).task.module
+    assert module.arch == ARCH and module.finetune == "gradual"
+    assert backbone.weights_source(module.arch, module.pretrained) == "package"
+    hub = compose(["experiment=vision_imagefolder", "task.module.arch=resnet50.a1_in1k"]).task.module
+    assert backbone.weights_source(hub.arch, hub.pretrained) == "hub"  # one override away
