@@ -82,6 +82,7 @@ def test_vision_onnx_int8_torchscript_and_model_json(vision, capsys):
     export(f"ckpt_path={vision}", "export.quantize=int8", "export.samples=64", f"export.out={run / 'int8'}")
     q = meta_of(run / "int8")["parity"]
     assert q["int8"]["ok"] is None and q["int8"]["agreement"] > 0.5 and "metric" in q["int8"]
+    assert q["int8"]["quantization"].startswith("static") and q["int8"]["examples"] == 64
     assert (run / "int8" / "model.onnx").stat().st_size < (run / "export" / "model.onnx").stat().st_size
 
 
