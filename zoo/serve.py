@@ -202,8 +202,6 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
     async def lifespan(app: Any):  # noqa: ANN202
         batcher = Batcher(infer, handler.pad, opts["max_batch_size"], opts["batch_timeout_ms"] / 1000)
         state["batcher"], task = batcher, asyncio.create_task(batcher.run())
-        print(f"zoo: serving {meta['task']} ({meta['backend']}) on http://{HOST}:{opts['port']} "
-              "(POST /predict, GET /health, GET /metadata); stop with Ctrl-C or SIGTERM", flush=True)
         yield
         task.cancel()
 
@@ -272,18 +270,37 @@ async def _first_file(request: Any) -> tuple[bytes, str]:
     raise BadRequest(400, "the multipart form holds no file; upload one, e.g. curl -F file=@image.png")
 
 
+def check_port(port: int) -> None:
+    """Fail in one line before loading the model when the port is taken (uvicorn would log and exit 3)."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT does not count
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            raise ZooError(f"cannot listen on {HOST}:{port} ({e.strerror or e}); pick a free serve.port=") from None
+
+
 def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path: str | None = None) -> None:
     from zoo.export import require
 
     require("fastapi", "zoo serve")
     uvicorn = require("uvicorn", "zoo serve")
     opts = check_options(dict(opts))
+    check_port(opts["port"])
     if export_dir is not None:
         meta, handler, infer = from_export(Path(export_dir), opts["backend"], opts["threads"])
     else:
         meta, handler, infer = from_checkpoint(cfg, str(ckpt_path), opts["backend"], opts["threads"])
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the socket is bound: now say so
+                print(f"zoo: serving {meta['task']} ({meta['backend']}) on http://{HOST}:{opts['port']} "
+                      "(POST /predict, GET /health, GET /metadata); stop with Ctrl-C or SIGTERM", flush=True)
+
         def handle_exit(self, sig: int, frame: Any) -> None:  # drain and return (uvicorn would re-raise: exit 143)
             self.should_exit = True
 
@@ -291,6 +308,4 @@ def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path
                             timeout_graceful_shutdown=30, access_log=False)
     server = Server(config)
     server.run()
-    if not server.started:
-        raise ZooError(f"could not listen on {HOST}:{opts['port']} (in use?); pick another serve.port=")
     print("zoo: server stopped (in-flight requests answered)", file=sys.stderr, flush=True)

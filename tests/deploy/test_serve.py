@@ -130,7 +130,7 @@ def test_handlers_reject_bad_requests_with_4xx():
 
 def test_pad_concat_and_options():
     from zoo.errors import ZooError
-    from zoo.serve import check_options, pad_concat
+    from zoo.serve import check_options, check_port, pad_concat
 
     a, b = np.ones((1, 3), dtype=np.int64), np.ones((2, 5), dtype=np.int64)
     out = pad_concat([a, b], 7)
@@ -139,3 +139,8 @@ def test_pad_concat_and_options():
     for bad in ({"port": "x"}, {"prot": "1"}, {"workers": "2"}, {"backend": "tensorrt"}):
         with pytest.raises(ZooError):
             check_options(bad)
+    with socket.socket() as taken:  # a port in use: one line before any model is loaded
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ZooError, match="cannot listen on 127.0.0.1"):
+            check_port(taken.getsockname()[1])
