@@ -73,7 +73,7 @@ def metadata(module: Any, cfg: Any) -> dict:
             "log": "ln(mel + 1e-6)",
             "normalization": "per utterance and mel bin over the real frames: (x - mean) / sqrt(var + 1e-5); "
                              "padding frames set to 0",
-            "frames": "samples // hop_length + 1",
+            "frames": "samples // hop_length + 1", "max_seconds": float(hp.max_seconds),
         },
         "vocabulary": list(module.vocab.tokens), "blank_index": 0,
         "postprocess": {"greedy": "argmax per frame up to out_lengths, merge repeats, drop the blank (index 0), "
@@ -120,7 +120,7 @@ class Handler:
         self.rate = int(pre["sample_rate"])
         self.front = module.features if module is not None else LogMel(self.rate, int(pre["n_mels"]))
         self.tokens = meta["vocabulary"]
-        self.max_seconds = 60.0
+        self.max_seconds = float(pre.get("max_seconds", 60.0))
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
         import io
