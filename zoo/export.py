@@ -231,6 +231,9 @@ def check_options(opts: dict, deploy: Any, task: str) -> tuple[str, str, str]:
         raise ZooError(f"unknown export.quantize={quant}; use none or int8")
     if quant == "int8" and fmt != "onnx":
         raise ZooError(f"export.quantize=int8 is ONNX Runtime quantization; use it with export.format=onnx, not {fmt}")
+    samples = str(opts.get("samples", 256))
+    if not samples.isdigit() or int(samples) < 1:
+        raise ZooError(f"export.samples={samples} must be a positive integer (real inputs for the parity check)")
     exporter = str(opts.get("exporter", deploy.EXPORTER))
     if exporter not in ("dynamo", "torchscript"):
         raise ZooError(f"unknown export.exporter={exporter}; use dynamo or torchscript")

@@ -94,6 +94,7 @@ def test_errors_are_one_line_and_leave_nothing(vision, tmp_path, capsys, monkeyp
     err = fails(capsys, f"ckpt_path={bad}")
     assert "not a zoo checkpoint" in err or "corrupt" in err
     assert "unknown export.format=tflite" in fails(capsys, f"ckpt_path={vision}", "export.format=tflite")
+    assert "export.samples=x must be a positive integer" in fails(capsys, f"ckpt_path={vision}", "export.samples=x")
     assert "use it with export.format=onnx" in fails(capsys, f"ckpt_path={vision}", "export.format=torchscript",
                                                      "export.quantize=int8")
     blocker = tmp_path / "a_file"
