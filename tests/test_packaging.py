@@ -15,7 +15,9 @@ PACKAGES = ("zoo", "vision", "nlp", "rl", "speech", "gan")
 
 
 def _declared() -> dict[str, str]:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    """Core dependencies and the optional extras (engines that verbs import lazily, like onnxruntime)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + [d for extra in project.get("optional-dependencies", {}).values() for d in extra]
     out = {}
     for d in deps:
         name = re.split(r"[\[<>=!~; ]", d, maxsplit=1)[0]
