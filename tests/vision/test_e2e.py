@@ -92,7 +92,9 @@ def test_resume_refuses_a_checkpoint_of_another_task(run_zoo, tmp_path):
     ckpt["zoo"]["task"] = "gan/dcgan"
     torch.save(ckpt, tmp_path / "other.ckpt")
     proc = run_zoo("train", f"ckpt_path={tmp_path / 'other.ckpt'}")
-    assert proc.returncode == 2 and "is from task gan/dcgan, not vision/resnet" in proc.stdout
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stdout[-2000:]
+    assert "is from task gan/dcgan" in errors[0] and "vision/resnet" in errors[0]
 
 
 def test_ddp_two_cpu_processes_share_config_and_run_dir(run_zoo, tmp_path):
