@@ -148,7 +148,15 @@ def quantize_int8(src: Path, dst: Path, mode: str, names: list[str], batches: li
     require("onnxruntime", "export.quantize=int8")
     from onnxruntime import quantization as q
 
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # ORT's "consider pre-processing"
+    root = logging.getLogger()
+    level, root.level = root.level, max(root.level, logging.ERROR)  # ORT's "consider pre-processing" notices
+    try:
+        return _quantize(q, src, dst, mode, names, batches)
+    finally:
+        root.setLevel(level)  # only for the quantizer: the zoo's own warnings after it still reach the console
+
+
+def _quantize(q: Any, src: Path, dst: Path, mode: str, names: list[str], batches: list[Examples]) -> str:
     if mode == "dynamic":
         q.quantize_dynamic(str(src), str(dst), weight_type=q.QuantType.QInt8)
         return "dynamic (int8 weights, activations quantized at run time)"
