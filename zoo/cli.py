@@ -264,16 +264,7 @@ def _evaluate(verb: str, rest: list[str]) -> None:
 
     from zoo.checkpoint import checkpoint_task, load_checkpoint
 
-    bad = [a for a in rest if a.startswith("-")]
-    if bad:
-        raise ZooError(f"`zoo {verb}` takes key=value overrides only, not {bad[0]}")
-    value = _override_value(rest, "ckpt_path")
-    if not value:
-        raise ZooError(f"`zoo {verb}` needs ckpt_path=<file.ckpt> (e.g. outputs/<task>/<run>/checkpoints/last.ckpt)")
-    path = Path(value).expanduser()
-    if path.is_dir():
-        best = sorted((path / "checkpoints").glob("best*.ckpt")) or sorted(path.glob("best*.ckpt"))
-        path = best[-1] if best else (path / "checkpoints" / "last.ckpt")
+    path = _checkpoint_argument(verb, rest)
     ckpt = load_checkpoint(path)
     task = checkpoint_task(ckpt, path)
     asked = _override_value(rest, "task")
@@ -344,8 +335,9 @@ def _list_task(task: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ export/serve
-def _deploy_checkpoint(verb: str, rest: list[str]) -> Path:
-    """ckpt_path=<file|run dir|last> -> the checkpoint file (a run dir gives its best, as `zoo test` does)."""
+def _checkpoint_argument(verb: str, rest: list[str]) -> Path:
+    """ckpt_path=<file|run dir|last> -> the checkpoint file (a run dir gives its best) for test, predict, export
+    and serve."""
     bad = [a for a in rest if a.startswith("-")]
     if bad:
         raise ZooError(f"`zoo {verb}` takes key=value overrides only, not {bad[0]}")
@@ -390,7 +382,7 @@ def _deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (D
 def _export(rest: list[str]) -> None:
     from zoo.export import export
 
-    path = _deploy_checkpoint("export", rest)
+    path = _checkpoint_argument("export", rest)
     cfg, ckpt = _deploy_config("export", rest, path)
     export(cfg, str(path), ckpt)
 
@@ -404,6 +396,6 @@ def _serve(rest: list[str]) -> None:
         exported = exported.parent
     if exported is not None and (exported / "model.json").is_file():  # an export folder: no checkpoint needed
         return serve(serve_options(rest), export_dir=exported)
-    path = _deploy_checkpoint("serve", rest)
+    path = _checkpoint_argument("serve", rest)
     cfg, _ = _deploy_config("serve", rest, path)
     serve(dict(cfg.get("serve") or {}), cfg=cfg, ckpt_path=str(path))
