@@ -95,6 +95,9 @@ def test_resume_resolves_the_task_and_never_touches_another_run(run_zoo, tmp_pat
     assert ckpt["global_step"] == 3 * 3  # three epochs of trainer=debug's three batches, in all
     saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
     assert [o.partition("=")[0] for o in saved].count("trainer.max_epochs") == 1
+    # asking a finished 3-epoch run for fewer epochs: Lightning's refusal as one line, not a traceback
+    line = _one_line_error(run_zoo("train", "ckpt_path=last", "trainer.max_epochs=1"))
+    assert "but you have set Trainer(max_epochs=1)" in line
     # free text with commas reaches the task verbatim (it was a Hydra sweep traceback): here a missing file
     line = _one_line_error(run_zoo("predict", f"ckpt_path={run}", "input=a gorgeous, witty, seductive movie."))
     assert "input not found: a gorgeous, witty, seductive movie." in line

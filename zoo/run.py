@@ -90,8 +90,13 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
     trainer = build_trainer(cfg, callbacks, loggers)
     fit_module = prepare_module(module, cfg.trainer)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
     try:
         trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    except MisconfigurationException as e:  # Lightning's word for a setting it refuses, e.g. max_epochs below a resume
+        first = " ".join(str(e).split())
+        raise ZooError(f"{first[:300]} (trainer settings: `python -m zoo train --cfg job`)") from None
     except RuntimeError as e:
         message = peer_failure(e, trainer)
         if message is None:
