@@ -81,14 +81,14 @@ def latency(run: Path, repeats: int, seconds: float, threads: int) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from zoo.cli import _deploy_checkpoint, _deploy_config
+    from zoo.cli import _checkpoint_argument, _deploy_config
     from zoo.export import Runner, numpy_outputs
     from zoo.run import load_module
 
     torch.set_num_threads(threads)
     run = run.resolve()
     folders = export_variants(run, run / "bench_export")
-    path = _deploy_checkpoint("export", [f"ckpt_path={run}"])
+    path = _checkpoint_argument("export", [f"ckpt_path={run}"])
     cfg, _ = _deploy_config("export", [f"ckpt_path={path}"], path)
     import importlib
 
