@@ -193,11 +193,22 @@ def merge_overrides(earlier: list[str], later: list[str]) -> list[str]:
 
 def composed_task(overrides: list[str]) -> str:
     """The task these group choices select, as the composed config says (a preset may set it, not only `task=`)."""
-    from zoo.config import check_overrides, compose, register_resolvers
+    from zoo.config import compose, explain, register_resolvers
 
     register_resolvers()
-    check_overrides(overrides)
-    return str(compose(overrides).task.name)
+    try:  # group choices only: one composition (the full override and value checks run once, later)
+        return str(compose(overrides).task.name)
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, as one line
+        raise ZooError(explain(e, overrides)) from None
+
+
+def latest_run_checkpoint(task: str, pattern: str, verb: str) -> Path:
+    """The newest checkpoint matching `pattern` under the task's runs: what `ckpt_path=last` means."""
+    found = sorted((_output_root() / task).glob(f"*/checkpoints/{pattern}"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ZooError(f"ckpt_path=last: no earlier run of {task} under {_output_root() / task}; {verb} one with "
+                       f"`python -m zoo train task={task}` or pass task=<domain>/<name>")
+    return found[-1]
 
 
 def resolve_resume(overrides: list[str]) -> list[str]:
@@ -214,11 +225,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     user = [o for o in overrides if _key(o) != "ckpt_path"]
     if value == "last":
         task = composed_task([o for o in user if _key(o) in ("task", "experiment")])
-        runs = sorted((_output_root() / task).glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not runs:
-            raise ZooError(f"ckpt_path=last: no earlier run of {task} under {_output_root() / task}; "
-                           f"start one with `python -m zoo train task={task}`")
-        ckpt = runs[-1]
+        ckpt = latest_run_checkpoint(task, "last.ckpt", "start")
     else:
         path = Path(value).expanduser()
         if path.is_dir():
@@ -346,11 +353,7 @@ def _checkpoint_argument(verb: str, rest: list[str]) -> Path:
         raise ZooError(f"`zoo {verb}` needs ckpt_path=<file.ckpt|run dir|last> (e.g. outputs/<task>/<run>)")
     if value == "last":
         task = composed_task([o for o in rest if _key(o) in ("task", "experiment")])
-        runs = sorted((_output_root() / task).glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not runs:
-            raise ZooError(f"ckpt_path=last: no run of {task} under {_output_root() / task}; train one with "
-                           f"`python -m zoo train task={task}` or pass task=<domain>/<name>")
-        value = str(runs[-1].parent.parent)
+        value = str(latest_run_checkpoint(task, "*.ckpt", "train").parent.parent)
     path = Path(value).expanduser()
     if path.is_dir():
         best = sorted((path / "checkpoints").glob("best*.ckpt")) or sorted(path.glob("best*.ckpt"))
