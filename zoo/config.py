@@ -107,7 +107,7 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
         cfg = compose(single, config_name)
         groups = [t for t, o in zip(single, parsed) if "." not in o.get_key_element() and
                   o.get_key_element().lstrip("+~") in GROUPS or "/" in o.get_key_element()]
-        base = compose(groups, config_name)
+        base = cfg if groups == single else compose(groups, config_name)  # no value overrides: the same config
     except Exception as e:  # noqa: BLE001
         raise ZooError(explain(e, single)) from None
     validate.check_types(parsed, base)
