@@ -1,4 +1,4 @@
-"""`python -m zoo <verb> ...`: train | test | predict | list.
+"""`python -m zoo <verb> ...`: train | test | predict | export | serve | bench | list.
 
 Heavy imports (torch, lightning, hydra) happen inside the verbs, so `--help` answers at once.
 `sys.argv` is never rewritten: Lightning's DDP launcher re-runs this exact command line for ranks 1..N-1, and those
@@ -32,6 +32,8 @@ commands:
   serve ckpt_path=<ckpt|run dir|last|export dir> [serve.port=8000] [serve.backend=torch|onnxruntime]
          [serve.max_batch_size=32]
                                   HTTP inference on 127.0.0.1: POST /predict, GET /health, GET /metadata
+  bench task=<task> [bench.precision=[32-true,bf16-mixed]] [bench.compile=[false,true]] [bench.steps=20]
+                                  throughput, MFU, memory and energy per setting: a table, CSV and plot
   list [task]                     tasks and experiment presets; with a task, its model names
 
 Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, tensorboard/);
@@ -67,8 +69,12 @@ def _main(argv: list[str]) -> None:
             _export(rest)
         elif verb == "serve":
             _serve(rest)
+        elif verb == "bench":
+            from zoo.bench import main as bench
+
+            bench(rest)
         else:
-            raise ZooError(f"unknown command '{verb}': use train, test, predict, export, serve or list "
+            raise ZooError(f"unknown command '{verb}': use train, test, predict, export, serve, bench or list "
                            "(python -m zoo --help)")
     except ZooError as e:
         fail(e)
