@@ -108,7 +108,7 @@ def _train(rest: list[str]) -> None:
                config_name="train")
 
 
-def _train_job(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
+def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the metrics go back to the sweeper
     from hydra.core.hydra_config import HydraConfig
 
     from zoo import run
@@ -119,7 +119,7 @@ def _train_job(cfg) -> None:  # noqa: ANN001 - Hydra passes a DictConfig
     resume = None
     try:
         resume = check_resume_task(cfg)
-        run.train(cfg, overrides, resume)
+        return run.train(cfg, overrides, resume)
     except ZooError as e:
         if resume is None:
             remove_failed_run(Path(cfg.run_dir))
