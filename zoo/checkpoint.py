@@ -108,3 +108,103 @@ def checkpoint_task(ckpt: dict, path: str | Path) -> str:
 def find_last(run_dir: Path) -> Path | None:
     last = run_dir / "checkpoints" / "last.ckpt"
     return last if last.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# `task.module.pretrained=<file>`: what every task but vision's timm loader shares (vision/models/weights.py is the
+# model): read a zoo .ckpt of the same task or a plain weights file with one-line errors, match tensors by name and
+# shape, and say by name what loaded and what did not.
+WEIGHT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors")
+
+
+def read_pretrained(path: str | Path, task: str, option: str = "task.module.pretrained") -> tuple[dict, dict | None]:
+    """(tensors by name, the whole checkpoint or None for a plain weights file) of a `pretrained=` source.
+
+    A zoo checkpoint of another task, a missing, corrupt or non-tensor file: one ZooError line naming the fix.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        what = "is a folder, not a file" if p.is_dir() else "not found"
+        raise ZooError(f"{option}={path}: {what}; give a {task} checkpoint (outputs/{task}/<run>/checkpoints/"
+                       "last.ckpt) or a weights file (.pt, .pth, .bin, .safetensors)")
+    if p.suffix == ".ckpt":
+        obj: Any = load_checkpoint(p)  # its own lines for missing, corrupt and foreign files
+    else:
+        try:
+            if p.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                obj = load_file(str(p))
+            else:
+                obj = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - corrupt files raise many types
+            raise ZooError(f"{option}={path}: cannot read it as weights ({type(e).__name__}); use a file saved with "
+                           "torch.save(model.state_dict(), ...) or safetensors, or a zoo .ckpt") from None
+    ckpt = obj if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict) else None
+    if ckpt is not None:
+        other = (ckpt.get("zoo") or {}).get("task")
+        if other and other != task:
+            raise ZooError(f"{option}={path} is a {other} checkpoint, not {task}; give a checkpoint of a {task} run "
+                           f"(outputs/{task}/<run>/checkpoints/)")
+        obj = ckpt["state_dict"]
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ZooError(f"{option}={path} holds no state dict of tensors; save one with "
+                       "torch.save(model.state_dict(), path), or give a zoo .ckpt")
+    return obj, ckpt
+
+
+def match_weights(own: dict, src: dict, where: str, what: str, core: list[str] | None = None,
+                  min_match: float = 0.5) -> tuple[dict, dict]:
+    """The tensors of `src` that fit `own` (same name, same shape), and a report of every name by outcome.
+
+    `core`: the names that must mostly load (all but a head), else the weights are refused as another
+    architecture instead of silently training from (mostly) random init.
+    """
+    load, shape, missing = {}, [], []
+    for name, tensor in own.items():
+        value = src.get(name)
+        if value is None:
+            if not name.endswith("num_batches_tracked"):
+                missing.append(name)
+        elif tuple(value.shape) != tuple(tensor.shape):
+            shape.append(f"{name} {tuple(value.shape)}->{tuple(tensor.shape)}")
+        else:
+            load[name] = value
+    core = [n for n in own if not n.endswith("num_batches_tracked")] if core is None else core
+    matched = sum(n in load for n in core)
+    if matched < min_match * max(1, len(core)):
+        example = ", ".join(list(src)[:3])
+        raise ZooError(f"task.module.pretrained: incompatible weights: {where} matches {matched} of {len(core)} "
+                       f"tensors of this {what} (its names look like {example}); use weights of the same "
+                       "architecture (same arch/model settings as the run that wrote them)")
+    report = {"source": where, "loaded": sorted(load), "skipped_shape": shape, "missing": missing,
+              "unused": sorted(n for n in src if n not in own)}
+    return load, report
+
+
+def describe_report(report: dict, limit: int = 8) -> str:
+    """One line: where the weights came from, how many loaded, and by name what did not (and why)."""
+    def names(items: list[str]) -> str:
+        return ", ".join(items[:limit]) + (f" ... (+{len(items) - limit})" if len(items) > limit else "")
+
+    n_loaded = len(report["loaded"])
+    n_total = n_loaded + len(report["skipped_shape"]) + len(report["missing"])
+    parts = [f"weights from {report['source']}: {n_loaded}/{n_total} tensors loaded"]
+    for key, label in (("reinit", "re-initialised"), ("skipped_shape", "new shape (random init)"),
+                       ("missing", "not in the source (random init)"), ("unused", "unused")):
+        if report.get(key):
+            parts.append(f"{label}: {names(report[key])}")
+    for note in report.get("notes", []):
+        parts.append(note)
+    return "; ".join(parts)
+
+
+def announce_report(report: dict, log: Any) -> str:
+    """Print the report line (a warning when something did not load: console and cli.log) and return it."""
+    line = describe_report(report)
+    if report["skipped_shape"] or report["missing"] or report.get("reinit"):
+        log.warning("%s", line)
+    else:
+        print(f"zoo: {line}", flush=True)
+        log.info("%s", line)
+    return line
