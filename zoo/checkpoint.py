@@ -153,31 +153,34 @@ def read_pretrained(path: str | Path, task: str, option: str = "task.module.pret
     return obj, ckpt
 
 
-def match_weights(own: dict, src: dict, where: str, what: str, core: list[str] | None = None,
+def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str, ...] = (),
                   min_match: float = 0.5) -> tuple[dict, dict]:
     """The tensors of `src` that fit `own` (same name, same shape), and a report of every name by outcome.
 
-    `core`: the names that must mostly load (all but a head), else the weights are refused as another
-    architecture instead of silently training from (mostly) random init.
+    `fresh`: name prefixes that start anew whatever the source holds (a new head). Of the other tensors at least
+    `min_match` must load, else the weights are refused as another architecture instead of silently training from
+    (mostly) random init.
     """
-    load, shape, missing = {}, [], []
+    load, shape, missing, reinit = {}, [], [], []
     for name, tensor in own.items():
         value = src.get(name)
-        if value is None:
+        if fresh and name.startswith(fresh):
+            reinit.append(name)
+        elif value is None:
             if not name.endswith("num_batches_tracked"):
                 missing.append(name)
         elif tuple(value.shape) != tuple(tensor.shape):
             shape.append(f"{name} {tuple(value.shape)}->{tuple(tensor.shape)}")
         else:
             load[name] = value
-    core = [n for n in own if not n.endswith("num_batches_tracked")] if core is None else core
+    core = [n for n in own if not n.endswith("num_batches_tracked") and not (fresh and n.startswith(fresh))]
     matched = sum(n in load for n in core)
     if matched < min_match * max(1, len(core)):
         example = ", ".join(list(src)[:3])
         raise ZooError(f"task.module.pretrained: incompatible weights: {where} matches {matched} of {len(core)} "
                        f"tensors of this {what} (its names look like {example}); use weights of the same "
                        "architecture (same arch/model settings as the run that wrote them)")
-    report = {"source": where, "loaded": sorted(load), "skipped_shape": shape, "missing": missing,
+    report = {"source": where, "loaded": sorted(load), "reinit": reinit, "skipped_shape": shape, "missing": missing,
               "unused": sorted(n for n in src if n not in own)}
     return load, report
 
@@ -188,9 +191,9 @@ def describe_report(report: dict, limit: int = 8) -> str:
         return ", ".join(items[:limit]) + (f" ... (+{len(items) - limit})" if len(items) > limit else "")
 
     n_loaded = len(report["loaded"])
-    n_total = n_loaded + len(report["skipped_shape"]) + len(report["missing"])
+    n_total = n_loaded + len(report["skipped_shape"]) + len(report["missing"]) + len(report.get("reinit", []))
     parts = [f"weights from {report['source']}: {n_loaded}/{n_total} tensors loaded"]
-    for key, label in (("reinit", "re-initialised"), ("skipped_shape", "new shape (random init)"),
+    for key, label in (("reinit", "new head (random init)"), ("skipped_shape", "new shape (random init)"),
                        ("missing", "not in the source (random init)"), ("unused", "unused")):
         if report.get(key):
             parts.append(f"{label}: {names(report[key])}")
