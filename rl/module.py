@@ -72,25 +72,11 @@ class PPO(LightningModule):
         self.collector = Collector(self.env_cfg, self.spec, gamma, bootstrap_truncated)
         self.update = 0  # PPO updates done (checkpointed)
         self.world = 1
-        if pretrained:
-            self._load_pretrained(str(pretrained))
+        # Fine-tuning from another run (rl/pretrained.py: same observations, any action space); a new run with its
+        # own optimiser, schedule and step count. The zoo saves `pretrained` as False in every checkpoint.
+        from rl.pretrained import load_pretrained
 
-    def _load_pretrained(self, path: str) -> None:
-        """Fine-tuning: start from another rl/ppo run's agent weights and normalisation statistics (same spaces);
-        a new run with its own optimiser, schedule and step count. The zoo saves `pretrained` as False in every
-        checkpoint, so reloading this run never reads `path` again."""
-        from zoo.checkpoint import load_checkpoint
-
-        ckpt = load_checkpoint(path)
-        state = ckpt.get("rl")
-        if state is None:
-            raise ZooError(f"{path} is not an rl/ppo checkpoint (no checkpoint['rl']); pass a run's last.ckpt")
-        if state["spec"] != self.spec:
-            raise ZooError(f"pretrained={path} was trained on {state['env_id']} ({_spaces(state['spec'])}), this "
-                           f"run is {self.env_cfg['id']} ({_spaces(self.spec)}); the spaces must match")
-        weights = {k[len("agent."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("agent.")}
-        self.agent.load_state_dict(weights)
-        self.collector.load_state_dict(state["normalization"])
+        self.pretrained_report = load_pretrained(self, pretrained)
 
     def _check_hparams(self) -> None:
         h, n = self.hparams, self.env_cfg["num_envs"]
@@ -300,6 +286,8 @@ class PPO(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rl"] = {"update": self.update, "env_id": self.env_cfg["id"], "spec": self.spec,
                             "normalization": self.collector.state_dict(), "torch_rng": torch.get_rng_state()}
+        if self.pretrained_report is not None:
+            checkpoint["pretrained_report"] = self.pretrained_report
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rl")
