@@ -1,11 +1,15 @@
 """Checkpoints: atomic writes, zoo metadata in every file, and loading with clear errors.
 
-Every checkpoint carries `checkpoint["zoo"]` = {task, overrides, config, pretrained, version}: enough to test,
-predict or resume from the file alone. All of it is plain containers, so `torch.load(weights_only=True)` works.
+Every checkpoint carries `checkpoint["zoo"]` = {task, overrides, config, pretrained, version, env}: enough to test,
+predict or resume from the file alone, and to know what it was trained on (`env`: zoo.env.collect()). All of it is
+plain containers, so `torch.load(weights_only=True)` works. The run directory gets the same environment as
+`env.json`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import pickle
 import tempfile
@@ -18,6 +22,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
 from zoo.errors import ZooError
+
+log = logging.getLogger("zoo")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -50,7 +56,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class ZooMetadata(Callback):
-    """Adds the run's task, overrides and resolved config to every checkpoint, and makes reloading offline-safe.
+    """Adds the run's task, overrides, resolved config and environment to every checkpoint, writes the environment
+    to the run directory (`env.json`, global rank 0), and makes reloading offline-safe.
 
     `hyper_parameters["pretrained"]` is rewritten to False: the weights are in the state dict, so a module rebuilt by
     `load_from_checkpoint` must not fetch hub weights again. The original choice stays in `zoo["pretrained"]`.
@@ -58,16 +65,54 @@ class ZooMetadata(Callback):
 
     def __init__(self, task: str, overrides: list[str], config: dict) -> None:
         self.meta = {"task": task, "overrides": list(overrides), "config": config}
+        self.env: dict | None = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from zoo.env import collect
+
+        if not trainer.is_global_zero:
+            return  # one writer; other ranks collect lazily if they ever save
+        self.env = collect()
+        run_dir = self.meta["config"].get("run_dir") or trainer.default_root_dir
+        if run_dir:
+            write_env(Path(run_dir), self.env)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         from zoo import __version__
+        from zoo.env import collect
 
+        if self.env is None:
+            self.env = collect()
         hp = checkpoint.get("hyper_parameters", {})
-        meta = dict(self.meta, version=__version__)
+        meta = dict(self.meta, version=__version__, env=self.env)
         if "pretrained" in hp:
             meta["pretrained"] = hp["pretrained"]
             hp["pretrained"] = False
         checkpoint["zoo"] = meta
+
+
+def write_env(run_dir: Path, env: dict) -> Path:
+    """`env.json` in the run directory, atomically. A resumed run keeps the first session's file; when it resumes on
+    a different environment (another commit, GPU or package set), that one goes next to it as env-resume-<n>.json,
+    so numbers from before and after the resume are never silently mixed."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "env.json"
+    if path.is_file():
+        try:
+            same = json.loads(path.read_text()) == json.loads(json.dumps(env))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            return path
+        n = 1
+        while (run_dir / f"env-resume-{n}.json").exists():
+            n += 1
+        path = run_dir / f"env-resume-{n}.json"
+        log.warning("zoo: this run continues on a different environment than it started on; see %s", path)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(env, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
@@ -120,15 +165,19 @@ WEIGHT_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors")
 def read_pretrained(path: str | Path, task: str, option: str = "task.module.pretrained") -> tuple[dict, dict | None]:
     """(tensors by name, the whole checkpoint or None for a plain weights file) of a `pretrained=` source.
 
-    A zoo checkpoint of another task, a missing, corrupt or non-tensor file: one ZooError line naming the fix.
+    A zoo checkpoint of another task, a missing, corrupt or non-tensor file: one ZooError line naming the option
+    and the fix.
     """
     p = Path(path).expanduser()
     if not p.is_file():
         what = "is a folder, not a file" if p.is_dir() else "not found"
-        raise ZooError(f"{option}={path}: {what}; give a {task} checkpoint (outputs/{task}/<run>/checkpoints/"
+        raise ZooError(f"{option}: {path} {what}; give a {task} checkpoint (outputs/{task}/<run>/checkpoints/"
                        "last.ckpt) or a weights file (.pt, .pth, .bin, .safetensors)")
     if p.suffix == ".ckpt":
-        obj: Any = load_checkpoint(p)  # its own lines for missing, corrupt and foreign files
+        try:
+            obj: Any = load_checkpoint(p)  # its own lines for corrupt and foreign files
+        except ZooError as e:
+            raise ZooError(f"{option}: {e}") from None
     else:
         try:
             if p.suffix == ".safetensors":
@@ -138,23 +187,23 @@ def read_pretrained(path: str | Path, task: str, option: str = "task.module.pret
             else:
                 obj = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - corrupt files raise many types
-            raise ZooError(f"{option}={path}: cannot read it as weights ({type(e).__name__}); use a file saved with "
+            raise ZooError(f"{option}: cannot read {path} as weights ({type(e).__name__}); use a file saved with "
                            "torch.save(model.state_dict(), ...) or safetensors, or a zoo .ckpt") from None
     ckpt = obj if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict) else None
     if ckpt is not None:
         other = (ckpt.get("zoo") or {}).get("task")
         if other and other != task:
-            raise ZooError(f"{option}={path} is a {other} checkpoint, not {task}; give a checkpoint of a {task} run "
+            raise ZooError(f"{option}: {path} is a {other} checkpoint, not {task}; give a checkpoint of a {task} run "
                            f"(outputs/{task}/<run>/checkpoints/)")
         obj = ckpt["state_dict"]
     if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ZooError(f"{option}={path} holds no state dict of tensors; save one with "
+        raise ZooError(f"{option}: {path} holds no state dict of tensors; save one with "
                        "torch.save(model.state_dict(), path), or give a zoo .ckpt")
     return obj, ckpt
 
 
 def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str, ...] = (),
-                  min_match: float = 0.5) -> tuple[dict, dict]:
+                  min_match: float = 0.5, option: str = "task.module.pretrained") -> tuple[dict, dict]:
     """The tensors of `src` that fit `own` (same name, same shape), and a report of every name by outcome.
 
     `fresh`: name prefixes that start anew whatever the source holds (a new head). Of the other tensors at least
@@ -177,7 +226,7 @@ def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str,
     matched = sum(n in load for n in core)
     if matched < min_match * max(1, len(core)):
         example = ", ".join(list(src)[:3])
-        raise ZooError(f"task.module.pretrained: incompatible weights: {where} matches {matched} of {len(core)} "
+        raise ZooError(f"{option}: incompatible weights: {where} matches {matched} of {len(core)} "
                        f"tensors of this {what} (its names look like {example}); use weights of the same "
                        "architecture (same arch/model settings as the run that wrote them)")
     report = {"source": where, "loaded": sorted(load), "reinit": reinit, "skipped_shape": shape, "missing": missing,
