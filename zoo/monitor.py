@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 import torch
-from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.callbacks import Callback, ThroughputMonitor
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -192,3 +192,182 @@ class Throughput(ThroughputMonitor):
 
     def on_predict_batch_end(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+
+# ---------------------------------------------------------------------- device statistics (callbacks=device_stats)
+class EnergyCounter:
+    """Joules since `start()` from a cumulative hardware counter that may wrap around (RAPL's energy_uj wraps at
+    max_energy_range_uj; NVML's 64-bit millijoule counter does not). Call `read()` more often than one wrap period."""
+
+    def __init__(self, read_raw: Callable[[], float], to_joules: float, wrap: float | None = None) -> None:
+        self.read_raw, self.to_joules, self.wrap = read_raw, to_joules, wrap
+        self.total = 0.0
+        self._last: float | None = None
+
+    def start(self) -> None:
+        self._last, self.total = float(self.read_raw()), 0.0
+
+    def read(self) -> float:
+        now = float(self.read_raw())
+        if self._last is not None:
+            delta = now - self._last
+            if delta < 0 and self.wrap:  # the counter went past its range and restarted from 0
+                delta += self.wrap
+            self.total += max(delta, 0.0) * self.to_joules
+        self._last = now
+        return self.total
+
+
+def rapl_counters(root: str = "/sys/class/powercap") -> tuple[list[EnergyCounter], str]:
+    """One counter per CPU package (intel-rapl:N, not its sub-domains, which the package already includes); an
+    empty list and the reason when RAPL is absent or unreadable (it is root-only on most kernels since 2020)."""
+    from pathlib import Path
+
+    base = Path(root)
+    zones = sorted(p for p in base.glob("intel-rapl:*") if p.name.count(":") == 1) if base.is_dir() else []
+    if not zones:
+        return [], f"no RAPL domains under {root}"
+    counters = []
+    for zone in zones:
+        f = zone / "energy_uj"
+        try:
+            f.read_text()
+            wrap = float((zone / "max_energy_range_uj").read_text())
+        except (OSError, ValueError) as e:
+            return [], f"RAPL {f} not readable ({type(e).__name__}; root-only on this kernel)"
+        counters.append(EnergyCounter(lambda f=f: float(f.read_text()), 1e-6, wrap))
+    return counters, f"RAPL, {len(zones)} CPU package(s)"
+
+
+def _nvml_handle(nvml: Any, index: int) -> Any:
+    """NVML's handle for torch's cuda:<index> (NVML ignores CUDA_VISIBLE_DEVICES: match by UUID where torch has it)."""
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is not None:
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:  # noqa: BLE001 - older drivers, MIG: fall back to the index
+            pass
+    return nvml.nvmlDeviceGetHandleByIndex(index)
+
+
+class GpuStats:
+    """Utilisation, memory, power and energy of the given NVML handles (one node's GPUs of this run)."""
+
+    def __init__(self, nvml: Any, handles: list) -> None:
+        self.nvml, self.handles = nvml, handles
+        self.energy: list[EnergyCounter] = []
+        for h in handles:
+            try:
+                nvml.nvmlDeviceGetTotalEnergyConsumption(h)  # millijoules since the driver loaded (Volta+)
+                self.energy.append(EnergyCounter(lambda h=h: nvml.nvmlDeviceGetTotalEnergyConsumption(h), 1e-3))
+            except Exception:  # noqa: BLE001 - no counter on this GPU: no energy figure rather than a guess
+                self.energy = []
+                break
+        self.source = f"NVML, {len(handles)} GPU(s)" if self.energy else "n/a (this GPU has no NVML energy counter)"
+
+    def start(self) -> None:
+        for c in self.energy:
+            c.start()
+
+    def read(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i, h in enumerate(self.handles):
+            tag = f"device/gpu{i}_"
+            out[tag + "util_pct"] = float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            out[tag + "memory_gb"] = self.nvml.nvmlDeviceGetMemoryInfo(h).used / 1e9
+            out[tag + "power_w"] = self.nvml.nvmlDeviceGetPowerUsage(h) / 1e3  # milliwatts
+        if self.energy:
+            out["device/energy_j"] = sum(c.read() for c in self.energy)
+        return out
+
+
+class CpuStats:
+    """This process's CPU utilisation (of the cores it may use) and resident memory; RAPL energy where readable."""
+
+    def __init__(self, rapl_root: str = "/sys/class/powercap") -> None:
+        import os
+
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.energy, reason = rapl_counters(rapl_root)
+        self.source = reason if self.energy else f"n/a ({reason})"
+        self._t: tuple[float, float] | None = None
+
+    def _times(self) -> tuple[float, float]:
+        import os
+
+        t = os.times()
+        return time.perf_counter(), t.user + t.system + t.children_user + t.children_system  # workers count too
+
+    def start(self) -> None:
+        self._t = self._times()
+        for c in self.energy:
+            c.start()
+
+    def read(self) -> dict[str, float]:
+        import os
+
+        now = self._times()
+        out: dict[str, float] = {}
+        if self._t is not None and now[0] > self._t[0]:
+            out["device/cpu_util_pct"] = 100 * (now[1] - self._t[1]) / (now[0] - self._t[0]) / self.cores
+        self._t = now
+        try:
+            with open("/proc/self/statm") as f:
+                out["device/rss_gb"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+        except (OSError, ValueError, IndexError):
+            import resource
+
+            out["device/rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1e3 / 1e9  # peak, in kB
+        if self.energy:
+            out["device/energy_j"] = sum(c.read() for c in self.energy)
+        return out
+
+
+class DeviceStats(Callback):
+    """`callbacks=device_stats`: the device's utilisation, memory, power and cumulative energy every N training
+    steps (NVML on NVIDIA GPUs, the process's CPU use and RSS plus RAPL on CPU), and the energy of the whole fit on
+    one line at its end. Global rank 0 reads the GPUs of its node that this run uses."""
+
+    def __init__(self, every_n_steps: int = 50, rapl_root: str = "/sys/class/powercap") -> None:
+        self.every_n_steps, self.rapl_root = max(1, int(every_n_steps)), rapl_root
+        self.stats: GpuStats | CpuStats | None = None
+
+    def _open(self, trainer: Any) -> GpuStats | CpuStats:
+        if trainer.strategy.root_device.type != "cuda":
+            return CpuStats(self.rapl_root)
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception as e:  # noqa: BLE001 - ImportError or NVMLError (no driver library)
+            log.warning("zoo: device_stats: NVML unavailable (%s: %s); `pip install nvidia-ml-py`. Logging the "
+                        "CPU side only", type(e).__name__, e)
+            return CpuStats(self.rapl_root)
+        devices = [d.index for d in getattr(trainer.strategy, "parallel_devices", None) or [trainer.strategy.root_device]]
+        return GpuStats(pynvml, [_nvml_handle(pynvml, i or 0) for i in devices])
+
+    @rank_zero_only
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.stats = self._open(trainer)
+        self.stats.start()
+        self._t0, self._batches = time.perf_counter(), 0
+
+    @rank_zero_only
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._batches += 1  # own count: manual optimisation (GAN, PPO) moves global_step by several per batch
+        if self.stats is not None and self._batches % self.every_n_steps == 1 % self.every_n_steps:
+            trainer._logger_connector.log_metrics(self.stats.read())
+
+    @rank_zero_only
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.stats is None:
+            return
+        stats = self.stats.read()
+        seconds = time.perf_counter() - self._t0
+        if "device/energy_j" in stats:
+            j = stats["device/energy_j"]
+            used = f"{j / 1e3:.2f} kJ ({j / 3600:.3f} Wh, mean {j / max(seconds, 1e-9):.0f} W over {seconds:.0f} s; " \
+                   f"{self.stats.source})"
+        else:
+            used = self.stats.source if self.stats.source.startswith("n/a") else f"n/a ({self.stats.source})"
+        print(f"zoo: energy used by training: {used}", flush=True)
