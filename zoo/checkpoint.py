@@ -226,9 +226,9 @@ def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str,
     matched = sum(n in load for n in core)
     if matched < min_match * max(1, len(core)):
         example = ", ".join(list(src)[:3])
-        raise ZooError(f"{option}: incompatible weights: {where} matches {matched} of {len(core)} "
-                       f"tensors of this {what} (its names look like {example}); use weights of the same "
-                       "architecture (same arch/model settings as the run that wrote them)")
+        raise ZooError(f"{option}: incompatible weights: {where} does not match this architecture ({matched} of "
+                       f"{len(core)} tensors of this {what} fit; its names look like {example}); use weights of the "
+                       "same architecture (same arch/model settings as the run that wrote them)")
     report = {"source": where, "loaded": sorted(load), "reinit": reinit, "skipped_shape": shape, "missing": missing,
               "unused": sorted(n for n in src if n not in own)}
     return load, report
