@@ -87,7 +87,7 @@ def fail(e: ZooError) -> None:
 
 # ----------------------------------------------------------------------------------------------------- train
 def _train(rest: list[str]) -> None:
-    from zoo.ddp import CHILD_CONFIG_ENV, launcher_rank
+    from zoo.ddp import CHILD_CONFIG_ENV
 
     if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
         return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
@@ -102,18 +102,40 @@ def _train(rest: list[str]) -> None:
     if not (args.help or args.hydra_help or args.info or args.shell_completion):
         args.overrides = resolve_resume(args.overrides)
         check_overrides(args.overrides)
-        if launcher_rank() != 0:  # torchrun/srun start every rank with this command: one writes the run's files
-            args.overrides.append("hydra.output_subdir=null")
-    _run_hydra(args=args, args_parser=parser, task_function=_train_job, config_path=str(CONFIG_DIR),
+    # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
+    _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
                config_name="train")
+
+
+class TrainJob:
+    """Hydra's task function (`_train_job`), as an object: a submitit worker unpickles it before Hydra resolves the
+    job's config there, and unpickling registers the zoo's resolvers (`${zoo_run_id:}` in the sweep dir)."""
+
+    def __call__(self, cfg) -> dict:  # noqa: ANN001 - a DictConfig
+        return _train_job(cfg)
+
+    def __reduce__(self) -> tuple:
+        return _unpickled_train_job, ()
+
+
+def _unpickled_train_job() -> TrainJob:
+    from zoo.config import register_resolvers
+
+    register_resolvers()
+    return TrainJob()
 
 
 def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the metrics go back to the sweeper
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from zoo import run
 
-    overrides = list(HydraConfig.get().overrides.task)
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    # In a search (hydra/sweeper=zoo_optuna) a failed trial is the sweeper's to record as FAIL and to report in one
+    # line, and the search goes on; anywhere else the failure ends the command with its one line.
+    in_search = hydra_cfg.mode == RunMode.MULTIRUN and "zoo_optuna" in str(hydra_cfg.sweeper.get("_target_", ""))
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     resume = None
@@ -123,6 +145,8 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
     except ZooError as e:
         if resume is None:
             remove_failed_run(Path(cfg.run_dir))
+        if in_search:
+            raise
         fail(e)
     except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
         print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, continue with "
@@ -152,8 +176,8 @@ def _train_child(config_file: Path) -> None:
 
     saved = OmegaConf.load(config_file)
     cfg = saved.config
-    try:
-        run.train(cfg, list(saved.overrides), cfg.get("ckpt_path"))
+    try:  # rank 0's checkpoint, also when it found one itself (a restarted job's last.ckpt)
+        run.train(cfg, list(saved.overrides), saved.get("resume", cfg.get("ckpt_path")))
     except ZooError as e:
         fail(e)
 
@@ -260,15 +284,38 @@ def resolve_resume(overrides: list[str]) -> list[str]:
 
 
 def check_resume_task(cfg) -> str | None:  # noqa: ANN001
-    if not cfg.get("ckpt_path"):
+    """The checkpoint this job continues: `ckpt_path`, or its run's last.ckpt when a launcher restarted it."""
+    path = cfg.get("ckpt_path") or restart_checkpoint(Path(cfg.run_dir))
+    if not path:
         return None
     from zoo.checkpoint import checkpoint_task, load_checkpoint
 
-    task = checkpoint_task(load_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
+    task = checkpoint_task(load_checkpoint(path), path)
     if task != cfg.task.name:
-        raise ZooError(f"checkpoint {cfg.ckpt_path} is from task {task}, not {cfg.task.name}; resume it with "
+        raise ZooError(f"checkpoint {path} is from task {task}, not {cfg.task.name}; resume it with "
                        f"task={task}, or fine-tune from it with the task's pretrained=<file> option")
-    return str(cfg.ckpt_path)
+    return str(path)
+
+
+def restart_count() -> int:
+    """How often a launcher restarted this job: torchrun after a failed worker, SLURM after a requeue."""
+    counts = [os.environ.get(k, "0") for k in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")]
+    return max(int(c) if c.isdigit() else 0 for c in counts)
+
+
+def restart_checkpoint(run_dir: Path) -> Path | None:
+    """A restarted job (same run dir: the launcher's job id) continues from its last.ckpt, with no new arguments.
+
+    A first start whose run dir already holds a run (the same --rdzv-id or SLURM job reused) is refused rather than
+    overwriting that run."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return None
+    if restart_count() == 0:
+        raise ZooError(f"{run_dir} already holds a run (this torchrun --rdzv-id or SLURM job was used before); "
+                       f"continue it with ckpt_path={run_dir}, or start a new run with another --rdzv-id")
+    logging.getLogger("zoo").warning("restart %d of this job: continuing from %s", restart_count(), last)
+    return last
 
 
 # ---------------------------------------------------------------------------------------------- test/predict
