@@ -1,48 +1,96 @@
-"""Fine-tuning from a zoo speech checkpoint, also when the new data brings new characters.
+"""`task.module.pretrained=` for speech/ctc: start from a zoo speech checkpoint (any vocabulary) or a weights file.
 
-The DataModule extends the checkpoint's vocabulary (old characters keep their indices, new ones are appended:
-see Vocab.extend); here the old output rows are copied and the new rows keep their fresh initialisation.
+The acoustic model (front end, recurrent/conformer layers) loads by name and shape. The output layer is matched by
+character: every character of this run's vocabulary that the source knows keeps its output row (wherever its index
+now is), characters the source lacks start fresh, and both are named in the report. A plain weights file has no
+vocabulary: its output layer loads only if the sizes agree, else it starts fresh. A different architecture
+(arch/model/n_mels) is refused with one line.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
-from zoo.checkpoint import load_checkpoint
+from zoo.checkpoint import announce_report, match_weights, read_pretrained
 from zoo.errors import ZooError
 
+TASK = "speech/ctc"
 log = logging.getLogger(__name__)
 
 
 def _is_head(name: str) -> bool:
-    return name.startswith("model.head.")
+    return name.startswith("head.")
 
 
-def load_init_weights(module: torch.nn.Module, path: str) -> None:
-    try:
-        ckpt = load_checkpoint(path)  # one line for a missing, corrupt or foreign file
-    except ZooError as e:
-        raise ZooError(f"task.module.init_from: {e}") from None
-    old_vocab = list(ckpt.get("hyper_parameters", {}).get("vocab") or [])
-    new_vocab = module.vocab.tokens
-    if not old_vocab or new_vocab[: len(old_vocab)] != old_vocab:
-        raise ZooError(f"vocabulary of {path} is not a prefix of this run's; set task.data.base_vocab_from to the "
-                       "same checkpoint as task.module.init_from")
-    own = module.state_dict()
-    state = {k: v for k, v in ckpt["state_dict"].items() if k in own}
-    bad = [k for k, v in state.items() if not _is_head(k) and v.shape != own[k].shape]
-    missing = [k for k in own if k not in state and not k.startswith("metrics.")]
-    if bad or missing:
-        raise ZooError(f"{path} does not match this architecture ({(bad or missing)[:3]}...); use the same "
-                       f"task.module.arch/model/n_mels as the checkpoint ({ckpt['hyper_parameters'].get('arch')})")
-    n_old = len(old_vocab)
-    for k, v in state.items():
-        if _is_head(k) and v.shape != own[k].shape:
-            merged = own[k].clone()
-            merged[:n_old] = v  # rows of the old characters; rows of the new ones stay freshly initialised
-            state[k] = merged
-    module.load_state_dict(state, strict=False)
-    added = new_vocab[n_old:]
-    log.info("initialised from %s; %d new output characters %s", path, len(added), added)
+def check_value(value: Any, option: str) -> str | None:
+    """The checkpoint/weights path, or None for no pretraining; speech/ctc has no hub weights to fetch."""
+    if value in (None, False) or str(value).lower() in ("false", "none", "null", ""):
+        return None
+    if value is True or str(value).lower() in ("true", "auto"):
+        raise ZooError(f"{option}={value}: speech/ctc has no hub weights; give a path to a speech/ctc checkpoint "
+                       "(outputs/speech/ctc/<run>/checkpoints/best-....ckpt) or false")
+    return str(value)
+
+
+def _check_hparams(module: Any, hp: dict, path: str, option: str) -> list[str]:
+    """Refuse another architecture by name (other model sizes: by the tensors' shapes); notes for what differs."""
+    own = module.hparams
+    for key in ("arch", "n_mels"):
+        if key in hp and hp[key] != own[key]:
+            raise ZooError(f"{option}: {path} holds a {key}={hp[key]} model, this run builds {key}={own[key]}; set "
+                           f"task.module.{key}={hp[key]} (and the same task.module.model) to fine-tune from it")
+    if "sample_rate" in hp and hp["sample_rate"] != own["sample_rate"]:
+        log.warning("%s: %s was trained at %d Hz, this run reads %d Hz audio (its features differ a little)", option,
+                    path, hp["sample_rate"], own["sample_rate"])
+        return [f"trained at {hp['sample_rate']} Hz, now {own['sample_rate']} Hz"]
+    return []
+
+
+def _map_rows(own: dict, src: dict, old_vocab: list[str], new_vocab: list[str]) -> None:
+    """Output rows by character: a head tensor of the source is rebuilt in this run's vocabulary order (in place)."""
+    old_index = {c: i for i, c in enumerate(old_vocab)}
+    for name in [n for n in own if _is_head(n) and n in src]:
+        value, target = src[name], own[name]
+        if value.shape[0] != len(old_vocab) or value.shape[1:] != target.shape[1:]:
+            continue  # not vocabulary-sized: left to the shape check
+        merged = target.clone()  # rows of characters the source lacks keep this run's fresh initialisation
+        for i, c in enumerate(new_vocab):
+            if c in old_index:
+                merged[i] = value[old_index[c]]
+        src[name] = merged
+
+
+def load_pretrained(module: Any, value: Any, option: str = "task.module.pretrained") -> dict | None:
+    """Load `value` into module.model; the report by name (also what the checkpoint records), or None."""
+    path = check_value(value, option)
+    if path is None:
+        return None
+    weights, ckpt = read_pretrained(path, TASK, option)
+    if any(k.startswith("model.") for k in weights):  # a module's state dict: the acoustic model's part
+        weights = {k[len("model."):]: v for k, v in weights.items() if k.startswith("model.")}
+    hp = (ckpt or {}).get("hyper_parameters") or {}
+    notes = _check_hparams(module, hp, path, option) if ckpt is not None else []
+    own = module.model.state_dict()
+    old_vocab, new_vocab = list(hp.get("vocab") or []), module.vocab.tokens
+    added: list[str] = []
+    if old_vocab:
+        _map_rows(own, weights, old_vocab, new_vocab)
+        added = [c for c in new_vocab if c not in set(old_vocab)]
+        kept = len(new_vocab) - len(added)
+        notes.append(f"output rows matched by character: {kept} of {len(new_vocab)} kept, new {added}")
+    load, report = match_weights(own, weights, path, f"{module.hparams.arch} model", option=option)
+    with torch.no_grad():
+        module.model.load_state_dict(load, strict=False)
+    report["reinit_rows"] = [f"{n}[{c!r}]" for c in added for n in own if _is_head(n) and n in load]
+    report["new_characters"] = added
+    report["notes"] = notes
+    report["line"] = announce_report(report, log)
+    return report
+
+
+def load_init_weights(module: Any, path: str) -> dict | None:
+    """The deprecated `task.module.init_from` (same loader; errors name the option the user set)."""
+    return load_pretrained(module, path, option="task.module.init_from")

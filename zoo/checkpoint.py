@@ -223,11 +223,13 @@ def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str,
         else:
             load[name] = value
     core = [n for n in own if not n.endswith("num_batches_tracked") and not (fresh and n.startswith(fresh))]
-    matched = sum(n in load for n in core)
-    if matched < min_match * max(1, len(core)):
+    # Counted in numbers, not tensors: a wider model still shares its small norm and bias tensors with the source.
+    total = sum(own[n].numel() for n in core)
+    fits = sum(own[n].numel() for n in core if n in load)
+    if fits < min_match * max(1, total):
         example = ", ".join(list(src)[:3])
-        raise ZooError(f"{option}: incompatible weights: {where} does not match this architecture ({matched} of "
-                       f"{len(core)} tensors of this {what} fit; its names look like {example}); use weights of the "
+        raise ZooError(f"{option}: incompatible weights: {where} does not match this architecture ({fits:,} of "
+                       f"{total:,} weights of this {what} fit; its names look like {example}); use weights of the "
                        "same architecture (same arch/model settings as the run that wrote them)")
     report = {"source": where, "loaded": sorted(load), "reinit": reinit, "skipped_shape": shape, "missing": missing,
               "unused": sorted(n for n in src if n not in own)}
@@ -242,7 +244,7 @@ def describe_report(report: dict, limit: int = 8) -> str:
     n_loaded = len(report["loaded"])
     n_total = n_loaded + len(report["skipped_shape"]) + len(report["missing"]) + len(report.get("reinit", []))
     parts = [f"weights from {report['source']}: {n_loaded}/{n_total} tensors loaded"]
-    for key, label in (("reinit", "new head (random init)"), ("skipped_shape", "new shape (random init)"),
+    for key, label in (("reinit", "new head (random init)"), ("reinit_rows", "new rows (random init)"), ("skipped_shape", "new shape (random init)"),
                        ("missing", "not in the source (random init)"), ("unused", "unused")):
         if report.get(key):
             parts.append(f"{label}: {names(report[key])}")
@@ -254,7 +256,7 @@ def describe_report(report: dict, limit: int = 8) -> str:
 def announce_report(report: dict, log: Any) -> str:
     """Print the report line (a warning when something did not load: console and cli.log) and return it."""
     line = describe_report(report)
-    if report["skipped_shape"] or report["missing"] or report.get("reinit"):
+    if any(report.get(k) for k in ("skipped_shape", "missing", "reinit", "reinit_rows")):
         log.warning("%s", line)
     else:
         print(f"zoo: {line}", flush=True)
