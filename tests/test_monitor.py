@@ -238,3 +238,19 @@ def test_resume_on_another_environment_keeps_both(tmp_path: Path) -> None:
     write_env(tmp_path, {"git": {"commit": "b"}})
     assert json.loads((tmp_path / "env.json").read_text()) == first
     assert json.loads((tmp_path / "env-resume-1.json").read_text()) == {"git": {"commit": "b"}}
+
+
+def test_flops_scale_with_padded_length() -> None:
+    """Text batches padded to different lengths: FLOPs follow the batch's size, counted once on the first."""
+
+    class PerToken(Mlp):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0].reshape(-1, DIMS[0])).pow(2).mean()  # (B*L, D): linear in the length L
+
+    data = [(torch.randn(B, 2 if i % 2 else 5, DIMS[0]),) for i in range(8)]
+    tp = monitor.Throughput()
+    rec = fit(PerToken(), data, [tp])
+    per_sample = [hand_flops(B * length) / B for length in (2, 5)]
+    assert tp.flops_per_batch == hand_flops(B * 5)
+    for f, s in zip(rec.values("train/flops_per_sec"), rec.values("train/samples_per_sec")):
+        assert f / s == pytest.approx(sum(per_sample) / 2)  # each window: one batch of each length

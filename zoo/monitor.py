@@ -39,6 +39,17 @@ def real_tokens(batch: Any) -> torch.Tensor | None:
     return None
 
 
+def input_size(batch: Any) -> int:
+    """Elements in all tensors of a batch: what FLOPs scale with when batches differ in padded length."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel()
+    if isinstance(batch, (list, tuple)):
+        return sum(input_size(b) for b in batch)
+    if isinstance(batch, dict):
+        return sum(input_size(b) for b in batch.values())
+    return 0
+
+
 def _resolve(fn: str | Callable | None) -> Callable | None:
     if fn is None or callable(fn):
         return fn
@@ -57,7 +68,9 @@ class Throughput(ThroughputMonitor):
 
     FLOPs per batch: a `flops_per_batch` attribute of the module if the task defines one, else one training step
     (forward, backward, optimizer; manual optimisation included) counted with torch's FlopCounterMode on the first
-    batch. If counting fails, the run goes on without FLOPs and says why once.
+    batch, and scaled for later batches by their size in tensor elements (padded text and audio batches differ in
+    length: linear in length is exact for convolutions and linear layers, and low for attention's quadratic part).
+    If counting fails, the run goes on without FLOPs and says why once.
     """
 
     def __init__(self, batch_size_fn: str | Callable | None = None, length_fn: str | Callable | None = "auto",
@@ -69,6 +82,7 @@ class Throughput(ThroughputMonitor):
         self.length_key = "tokens" if auto else length_name
         self.count_flops, self.peak_flops = count_flops, peak_flops
         self.flops_per_batch: int | None = None
+        self._flops_size = 0  # input_size() of the batch whose FLOPs were counted
         self._counter: Any = None
         self._counted = False
         self._lengths_ok = True
@@ -85,7 +99,8 @@ class Throughput(ThroughputMonitor):
         super()._start(trainer)
         stage = trainer.state.stage
         self._lengths[stage] = 0
-        self._pending = 0  # batches since the last window update (their FLOPs go in with it)
+        self._pending = 0  # batches since the last window update
+        self._pending_flops = 0.0  # and their FLOPs
 
     # ------------------------------------------------------------------ FLOPs of one step
     @rank_zero_only
@@ -102,7 +117,7 @@ class Throughput(ThroughputMonitor):
             self._counter = None
             log.info("throughput: FLOPs not counted (%s: %s); no train/mfu", type(e).__name__, e)
 
-    def _stop_counting(self) -> None:
+    def _stop_counting(self, batch: Any = None) -> None:
         counter, self._counter = self._counter, None
         if counter is None:
             return
@@ -113,6 +128,7 @@ class Throughput(ThroughputMonitor):
             log.info("throughput: FLOPs not counted (%s: %s); no train/mfu", type(e).__name__, e)
             return
         self.flops_per_batch = total or None
+        self._flops_size = input_size(batch)
         if not total:
             log.info("throughput: the first training step ran no operation torch's FLOP counter knows "
                      "(matmul, conv, attention); no train/mfu")
@@ -123,7 +139,7 @@ class Throughput(ThroughputMonitor):
     # ------------------------------------------------------------------ training
     @rank_zero_only
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, *_: Any) -> None:
-        self._stop_counting()
+        self._stop_counting(batch)
         stage = RunningStage.TRAINING
         with torch.inference_mode():
             self._samples[stage] += int(self.batch_size_fn(batch))
@@ -133,6 +149,12 @@ class Throughput(ThroughputMonitor):
                 self._lengths[stage] = self._lengths[stage] + n if n is not None else 0
         self._batches[stage] += 1
         self._pending += 1
+        module_flops = getattr(pl_module, "flops_per_batch", None)
+        if module_flops:
+            self._pending_flops += module_flops
+        elif self.flops_per_batch:
+            size = input_size(batch)
+            self._pending_flops += self.flops_per_batch * (size / self._flops_size if size and self._flops_size else 1)
         if trainer.fit_loop._should_accumulate() or not trainer._logger_connector.should_update_logs:
             return
         self._update_window(trainer, pl_module, stage)
@@ -142,13 +164,12 @@ class Throughput(ThroughputMonitor):
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize()  # on logging steps only: the clock must see the queued work finish
         elapsed = time.perf_counter() - self._t0s[stage]
-        per_batch = getattr(pl_module, "flops_per_batch", None) or self.flops_per_batch
         lengths = int(self._lengths[stage]) if self.length_fn is not None and self._lengths_ok else None
         if lengths is not None and lengths < self._samples[stage]:
             lengths = None  # Throughput wants at least one item per sample; a task's unit below that is not items
         self._throughputs[stage].update(time=elapsed, batches=self._batches[stage], samples=self._samples[stage],
-                                        lengths=lengths, flops=per_batch * self._pending if per_batch else None)
-        self._pending = 0
+                                        lengths=lengths, flops=int(self._pending_flops) or None)
+        self._pending, self._pending_flops = 0, 0.0
 
     def _log(self, trainer: Any, stage: RunningStage) -> None:
         tp = self._throughputs[stage]
