@@ -25,7 +25,7 @@ def _expected(default: Any) -> tuple[tuple[type, ...], str] | None:
 def check_types(parsed: list, base: Any) -> None:
     """Each value override must have the type of the value it replaces in `base` (the config composed with the
     same group choices: task, preset, trainer...). Sweep values are checked one by one."""
-    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from omegaconf import OmegaConf
 
     for o in parsed:
@@ -41,15 +41,20 @@ def check_types(parsed: list, base: Any) -> None:
         if rule is None:
             continue
         value = o.value()
-        values = value.list if isinstance(value, ChoiceSweep) else \
-            [value.start] if isinstance(value, RangeSweep) else [value]
+        if isinstance(value, IntervalSweep):  # Hydra reads interval bounds as floats: 16.0 fits an integer key
+            values = [int(v) if isinstance(default, int) and float(v).is_integer() else v
+                      for v in (value.start, value.end)]
+        else:
+            values = value.list if isinstance(value, ChoiceSweep) else \
+                [value.start, value.step] if isinstance(value, RangeSweep) else [value]
         for v in values:
             if v is None or isinstance(v, rule[0]) and not (rule[0] != (bool,) and isinstance(v, bool)):
                 continue
             if isinstance(v, str) and rule[0] == (int,) and not key.startswith("trainer."):
                 continue  # a task's integer option may also take a name (a column, "auto"); trainer's never do
             shown = str(default).lower() if isinstance(default, bool) else default
-            raise ZooError(f"{key}={v!r} is not {rule[1]} (the default is {shown}); e.g. {key}={shown}")
+            what = f"{key}={v!r}" if v is value else f"{key}: {v!r} in {o.input_line.partition('=')[2]}"
+            raise ZooError(f"{what} is not {rule[1]} (the default is {shown}); e.g. {key}={shown}")
 
 
 def check_optimizers(cfg: Any) -> None:
