@@ -47,6 +47,7 @@ class DCGAN(L.LightningModule):
         image_size: int = 32,
         num_classes: int = 0,
         class_names: list[str] | None = None,
+        pretrained: str | bool | None = None,
         optimizer: Any = None,
         scheduler: Any = None,
     ) -> None:
@@ -75,6 +76,11 @@ class DCGAN(L.LightningModule):
         self.register_buffer("fixed_z", torch.randn(num_fixed, nz, generator=gen))
         self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
         self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
+        # Fine-tuning G and D from an earlier run (gan/pretrained.py); the zoo saves `pretrained` as False in every
+        # checkpoint, so load_from_checkpoint never reads the source again.
+        from gan.pretrained import load_pretrained
+
+        self.pretrained_report = load_pretrained(self, pretrained)
 
     # ------------------------------------------------------------------------------------------------ sampling
     @property
@@ -181,6 +187,14 @@ class DCGAN(L.LightningModule):
         # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
         if stage in ("fit", "validate", "test") and self.judge is None:
             self.judge = build_judge(self.hparams, self.trainer.datamodule)
+
+    def on_fit_start(self) -> None:
+        if self.pretrained_report is not None:
+            tb.log_text(self, "model/pretrained", self.pretrained_report["line"], step=0)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.pretrained_report is not None:
+            checkpoint["pretrained_report"] = self.pretrained_report
 
     def on_validation_epoch_start(self) -> None:
         self.judge.start("val", self.device)
