@@ -254,9 +254,10 @@ def describe_report(report: dict, limit: int = 8) -> str:
 
 
 def announce_report(report: dict, log: Any) -> str:
-    """Print the report line (a warning when something did not load: console and cli.log) and return it."""
+    """Print the report line and return it; a warning (console and cli.log) when a tensor the source was expected to
+    provide did not load. A new head is the point of fine-tuning on new labels: printed, named, not a warning."""
     line = describe_report(report)
-    if any(report.get(k) for k in ("skipped_shape", "missing", "reinit", "reinit_rows")):
+    if any(report.get(k) for k in ("skipped_shape", "missing", "reinit_rows")):
         log.warning("%s", line)
     else:
         print(f"zoo: {line}", flush=True)
