@@ -228,4 +228,4 @@ class TextDataModule(pl.LightningDataModule):
         if list(hp.get("label_names") or []) != list(self.label_names or []):
             raise ZooError(f"the checkpoint's labels {hp.get('label_names')} differ from the data's "
                            f"{self.label_names}; use data with the same label set (or set task.data.label_names=[...] "
-                           "in the checkpoint's order), or fine-tune a new run with task.module.encoder=<run>/hf_model")
+                           "in the checkpoint's order), or fine-tune a new run from it with task.module.pretrained=<this .ckpt>")

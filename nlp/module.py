@@ -30,7 +30,7 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class SequenceClassifier(pl.LightningModule):
-    def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool = True,
+    def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool | str = True,
                  label_names: list[str] | None = None, task_type: str = "classification",
                  metrics: list[str] | None = None, weight_decay: float = 0.01, layer_decay: float = 1.0,
                  classifier_dropout: float | None = None, worst_k: int = 10, export_hf: bool = True,
@@ -48,13 +48,13 @@ class SequenceClassifier(pl.LightningModule):
             raise ZooError("classification needs label names (the data module provides them); "
                            "set task.data.task_type=regression for numeric targets")
         self.num_labels = 1 if task_type == "regression" else len(label_names)
+        self.pretrained_report: dict | None = None
         if encoder_config is None:  # a new run: config, tokenizer and (if pretrained) weights from the source
-            config = load_config(encoder, pretrained, **self._head_config())
-            self.model = load_classifier(encoder, config, pretrained)
+            config, kind = self._new_model(encoder, pretrained)
             try:
                 self.tokenizer = load_tokenizer(encoder)
             except ZooError:
-                if pretrained:
+                if kind == "true":
                     raise
                 self.tokenizer = None  # random init of a built-in architecture: setup() takes the data's tokenizer
             # Plain JSON values (weights_only-safe); load_from_checkpoint passes it back to __init__.
@@ -72,6 +72,26 @@ class SequenceClassifier(pl.LightningModule):
         self.test_metrics = make_metrics(names, task_type, self.num_labels)
         self._worst: list[tuple] = []
         self._train_sec, self._tokens, self._slots, self._t0 = 0.0, 0, 0, 0.0
+
+    def _new_model(self, encoder: str, pretrained: bool | str) -> tuple[Any, str]:
+        """self.model with the weights `pretrained` names (nlp/pretrained.py), and its report; -> (config, kind)."""
+        from nlp import pretrained as pt
+
+        kind = pt.choice(pretrained)
+        try:
+            config = load_config(encoder, kind == "true", **self._head_config())
+            self.model, info, where = load_classifier(encoder, config, kind in ("true", "auto"), with_info=True)
+        except ZooError as e:
+            if kind != "auto":
+                raise
+            log.warning("pretrained=auto: no weights for %s (%s); training from RANDOM INIT", encoder, e)
+            config = load_config(encoder, False, **self._head_config())
+            self.model, info, where = load_classifier(encoder, config, False, with_info=True)
+        if kind == "source":
+            self.pretrained_report = pt.announce(pt.transfer(self.model, str(pretrained), config))
+        elif where != "random init":
+            self.pretrained_report = pt.announce(pt.info_report(self.model, info, where))
+        return config, kind
 
     def _head_config(self) -> dict:
         hp = self.hparams
@@ -192,7 +212,13 @@ class SequenceClassifier(pl.LightningModule):
             raise ZooError(f"task.monitor={monitor} is not logged by this task; use one of {sorted(logged)} "
                            "(e.g. task.monitor=val/pearson task.mode=max for regression)")
 
+    def on_fit_start(self) -> None:
+        if self.pretrained_report is not None:
+            tb.log_text(self, "model/pretrained", self.pretrained_report["line"], step=0)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.pretrained_report is not None:
+            checkpoint["pretrained_report"] = self.pretrained_report
         if self.tokenizer is not None:
             checkpoint["nlp_tokenizer"] = tokenizer_to_files(self.tokenizer)
 

@@ -147,19 +147,23 @@ def load_config(name: str, pretrained: bool = True, **overrides):
         raise _load_error("config", source, e) from None
 
 
-def load_classifier(name: str, config, pretrained: bool = True):
+def load_classifier(name: str, config, pretrained: bool = True, with_info: bool = False):
     """AutoModelForSequenceClassification for `config`, with the encoder weights of `name` when `pretrained`.
 
     A head whose size differs from the saved one (another label set) is re-initialised instead of failing.
+    with_info: also return (transformers' loading info: missing/unexpected/mismatched names, where it came from).
     """
     from transformers import AutoModelForSequenceClassification
 
     if not pretrained:
-        return AutoModelForSequenceClassification.from_config(config)
+        model = AutoModelForSequenceClassification.from_config(config)
+        return (model, {}, "random init") if with_info else model
     source = resolve(name)
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True,
+            output_loading_info=True,
         )
     except (OSError, ValueError) as e:
         raise _load_error("weights", source, e) from None
+    return (model, info, f"{name} ({source.kind})") if with_info else model
