@@ -1,0 +1,212 @@
+"""`python -m zoo bench`: FLOPs and MFU exact on a model counted by hand, the peak table and CPU estimate, bad bench
+keys as one line, and (slow) two combinations of every task through the real CLI, with a skipped one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo.errors import ZooError
+
+ONE = {"OMP_NUM_THREADS": "1"}  # tiny models on a shared 2-core machine: one thread each is fastest
+SHORT = ["bench.steps=2", "bench.warmup=1"]
+
+
+# ---------------------------------------------------------------------------------- FLOPs and MFU, by hand
+class LinearStack(torch.nn.Module):
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def hand_flops(batch: int, sizes: list[int]) -> int:
+    """2*B*in*out per Linear forward; backward twice that (grad of input and of weight), except that the first layer's
+    input needs no gradient (its input-gradient matmul is never run)."""
+    total = sum(3 * 2 * batch * a * b for a, b in zip(sizes, sizes[1:]))
+    return total - 2 * batch * sizes[0] * sizes[1]
+
+
+def test_flops_of_a_linear_stack_are_counted_exactly():
+    from zoo.peaks import count_flops
+
+    sizes, batch = [32, 64, 48, 16], 8
+    model = LinearStack(sizes)
+    flops, _ = count_flops(lambda: model(torch.randn(batch, sizes[0])).sum().backward())
+    assert flops == hand_flops(batch, sizes)
+
+
+def test_bench_callback_reports_exact_flops_and_mfu_against_a_given_peak(tmp_path):
+    """The bench's own measuring callback, in a real Lightning fit: FLOPs per step and MFU = FLOPs / step time / peak."""
+    import lightning.pytorch as pl
+
+    from zoo.bench_worker import BenchCallback
+
+    sizes, batch, peak = [32, 64, 48, 16], 8, 1e9
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = LinearStack(sizes)
+
+        def training_step(self, b, i):  # noqa: ANN001, ANN201
+            return self.net(b[0]).square().mean()
+
+        def configure_optimizers(self):  # noqa: ANN201
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(10 * batch, sizes[0]))
+    cb = BenchCallback(lambda m, b: b[0].shape[0], steps=4, warmup=2, peak_flops=peak)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=100, callbacks=[cb], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))
+    trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=batch))
+    r = cb.result
+    assert trainer.global_step == 6 and cb.seen == 6  # stopped after warmup + steps
+    assert r["flops_per_step"] == hand_flops(batch, sizes)
+    step_s = r["seconds"] / 4
+    assert r["mfu"] == pytest.approx(hand_flops(batch, sizes) / step_s / peak, rel=1e-12)
+    assert r["units"] == 4 * batch and r["units_per_s"] == pytest.approx(4 * batch / r["seconds"])
+    assert r["step_ms_p50"] <= r["step_ms_p90"] and 0 <= r["data_wait_frac"] < 1
+    assert r["peak_source"] == "given" and r["loss"] > 0 and r["peak_mem_bytes"] > 0
+
+
+def test_peak_table_and_cpu_estimate(tmp_path):
+    from zoo.peaks import cpu_flops_per_cycle, cpu_peak, gpu_peak, math_kind, mfu
+
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.4e12)
+    assert gpu_peak("NVIDIA H100 PCIe", "tf32") == pytest.approx(378e12)
+    assert gpu_peak("NVIDIA H200", "fp32") == pytest.approx(67e12)
+    assert gpu_peak("NVIDIA L4", "bf16") == pytest.approx(121e12)  # not L40S's
+    assert gpu_peak("NVIDIA L40S", "bf16") == pytest.approx(362.1e12)
+    assert gpu_peak("NVIDIA A100-SXM4-80GB", "fp16") == pytest.approx(312e12)
+    assert gpu_peak("NVIDIA GeForce RTX 4090", "bf16") == pytest.approx(165.2e12)
+    assert gpu_peak("Tesla T4", "fp16") is None
+    assert [math_kind(p, m) for p, m in [("32-true", "highest"), ("32-true", "high"), ("bf16-mixed", "high"),
+                                         ("16-mixed", "highest")]] == ["fp32", "tf32", "bf16", "fp16"]
+    # AVX2 + FMA: 8 lanes x 2 FLOPs x 2 pipes; Intel AVX-512: 16 lanes; AMD's AVX-512 runs on 256-bit pipes
+    assert cpu_flops_per_cycle({"avx2", "fma"}, "GenuineIntel", "fp32") == 32
+    assert cpu_flops_per_cycle({"avx512f", "fma"}, "GenuineIntel", "fp32") == 64
+    assert cpu_flops_per_cycle({"avx512f", "fma", "avx512_bf16"}, "AuthenticAMD", "bf16") == 64
+    info = tmp_path / "cpuinfo"
+    info.write_text("vendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz\n"
+                    "flags\t\t: fpu sse avx avx2 fma avx512f\n")
+    assert cpu_peak("fp32", cores=4, cpuinfo=str(info)) == pytest.approx(4 * 2.5e9 * 64)
+    assert cpu_peak("fp32", cpuinfo=str(tmp_path / "missing")) is None
+    assert mfu(2e9, 0.5, 1e10, devices=2) == pytest.approx(0.2) and mfu(None, 0.5, 1e10) is None
+
+
+def test_percentiles_match_numpy():
+    import numpy as np
+
+    from zoo.bench_worker import percentile
+
+    xs = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for q in (0, 50, 90, 100):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+# ---------------------------------------------------------------------------------------- bad keys and values
+@pytest.mark.parametrize("arg, expected", [
+    ("bench.precison=[32-true]", "unknown bench key 'bench.precison': did you mean bench.precision?"),
+    ("bench.precision=[fp8]", "bench.precision: unknown 'fp8'"),
+    ("bench.compile=[maybe]", "bench.compile='maybe' is not true or false"),
+    ("bench.steps=0", "bench.steps=0 must be a positive integer"),
+    ("bench.batch_size=[16,-2]", "bench.batch_size=-2 must be a positive integer"),
+    ("bench.devices=[]", "bench.devices=[] is empty"),
+    ("bench.peak_tflops=abc", "bench.peak_tflops='abc' must be a positive number"),
+])
+def test_bad_bench_keys_and_values_are_one_line(arg, expected):
+    from zoo.bench import parse_args
+
+    with pytest.raises(ZooError) as err:
+        parse_args(["task=vision/resnet", arg])
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_lists_and_sweeps_parse_to_axes_and_train_overrides_pass_through():
+    from zoo.bench import parse_args
+
+    bench, rest = parse_args(["task=rl/ppo", "bench.precision=[32-true,bf16-mixed]", "bench.compile=false,true",
+                              "bench.batch_size=8", "trainer.max_epochs=3"])
+    assert bench["precision"] == ["32-true", "bf16-mixed"] and bench["compile"] == [False, True]
+    assert bench["batch_size"] == [8] and bench["devices"] == [1] and rest == ["task=rl/ppo", "trainer.max_epochs=3"]
+
+
+def test_what_the_machine_cannot_run_is_a_reason():
+    from zoo.bench import skip_reason
+
+    combo = {"precision": "32-true", "compile": False, "channels_last": None, "batch_size": None, "devices": 1}
+    assert skip_reason(combo, cuda=False) is None
+    assert "CPU cores here" in skip_reason({**combo, "devices": 10_000}, cuda=False)
+    assert "TF32" in skip_reason({**combo, "precision": "tf32"}, cuda=False)
+
+
+# ------------------------------------------------------------------------------ every task, through the CLI
+def _tiny_encoder(tmp_path: Path) -> str:
+    sys.path.insert(0, str(Path(__file__).parent / "nlp"))
+    from nlp_helpers import build_tiny_encoder
+
+    return str(build_tiny_encoder(tmp_path / "tiny_bert"))
+
+
+def _speech_corpus(tmp_path: Path) -> list[str]:
+    import numpy as np
+    import soundfile as sf
+
+    rows = []
+    for i in range(8):
+        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
+        sf.write(tmp_path / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
+        rows.append({"audio_filepath": f"{i}.wav", "duration": len(t) / 8000, "text": ["one", "two"][i % 2]})
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [f"task.data.train_manifest={tmp_path / 'train.jsonl'}", f"task.data.val_manifest={tmp_path / 'train.jsonl'}"]
+
+
+TASKS = {  # tiny settings per task, then its two combinations
+    "vision": (["task=vision/resnet", "task.module.arch=resnet10t", "task.data.image_size=16",
+                "task.module.pretrained=false", "task.data.batch_size=32"], ["bench.devices=[1,2]"]),
+    "nlp": (["task=nlp/bert", "task.data.builtin_size=64"], ["bench.batch_size=[8,16]"]),
+    # rl also asks for more processes than this machine has cores: those two rows are skipped, the bench goes on
+    "rl": (["task=rl/ppo", "task.module.num_steps=32"], ["bench.batch_size=[2,4]", "bench.devices=[1,4096]"]),
+    "speech": (["experiment=speech_fsdd", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
+                "task.data.chars='one two'"], ["bench.batch_size=[2,4]"]),
+    "gan": (["task=gan/dcgan", "task.module.width=8", "task.module.eval_train_steps=3"], ["bench.batch_size=[8,16]"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", list(TASKS))
+def test_bench_runs_two_combinations_of_every_task(run_zoo, tmp_path, domain):
+    settings, axes = TASKS[domain]
+    if domain == "nlp":
+        settings = [*settings, f"task.module.encoder={_tiny_encoder(tmp_path)}"]
+    if domain == "speech":
+        settings = [*settings, *_speech_corpus(tmp_path)]
+    proc = run_zoo("bench", *settings, *axes, *SHORT, env=ONE, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    (out,) = [p for p in (tmp_path / "outputs" / "bench").glob("*/*/*") if (p / "bench.csv").is_file()]
+    rows = list(csv.DictReader(open(out / "bench.csv")))
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 2, rows
+    for r in ok:
+        assert float(r["units_per_s"]) > 0 and float(r["flops_per_step"]) > 0 and float(r["loss"]) == float(r["loss"])
+        assert r["label"] in proc.stdout  # the row is in the printed table
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert len(skipped) == (2 if domain == "rl" else 0)
+    for r in skipped:
+        assert r["devices"] == "4096" and "4096 devices asked" in r["reason"]
+        assert "skipped: 4096 devices asked" in proc.stdout
+    assert "| # | setting |" in proc.stdout and "**packages**" in proc.stdout  # the table, then the environment
+    assert (out / "bench.png").stat().st_size > 1000 and list((out / "tensorboard").glob("events.out.tfevents.*"))
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["env"]["python"] and len(saved["rows"]) == len(rows)
