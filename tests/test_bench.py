@@ -210,3 +210,22 @@ def test_bench_runs_two_combinations_of_every_task(run_zoo, tmp_path, domain):
     assert (out / "bench.png").stat().st_size > 1000 and list((out / "tensorboard").glob("events.out.tfevents.*"))
     saved = json.loads((out / "bench.json").read_text())
     assert saved["env"]["python"] and len(saved["rows"]) == len(rows)
+
+
+def test_rounds_give_the_median_row_and_the_median_of_per_round_speedups():
+    from zoo.bench import aggregate
+    from zoo.bench_report import add_reference
+
+    def run(r: int, ups: float) -> dict:
+        return {"status": "ok", "round": r, "units_per_s": ups, "loss": 1.0, "step_ms_mean": 1000 / ups}
+
+    base = aggregate([run(0, 100.0), run(1, 50.0), run(2, 90.0)])  # round 1 ran on a busy machine
+    fast = aggregate([run(0, 200.0), run(1, 100.0), run(2, 171.0)])
+    skipped = aggregate([{"status": "skipped", "reason": "no GPU", "round": 0}])
+    assert base["units_per_s"] == 90.0 and base["step_ms_mean"] == 1000 / 90 and base["runs"] == 3
+    assert (base["units_per_s_min"], base["units_per_s_max"]) == (50.0, 100.0)
+    rows = [{"index": i + 1, **r} for i, r in enumerate([base, fast, skipped])]
+    add_reference(rows)
+    # per-round ratios 2.0, 2.0, 1.9: the median pairs rounds, where the ratio of medians (171/90 = 1.9) would not
+    assert rows[1]["speedup"] == pytest.approx(2.0) and rows[1]["speedup_min"] == pytest.approx(1.9)
+    assert rows[2]["speedup"] is None and rows[2]["loss_ref"] == 1.0

@@ -123,6 +123,7 @@ def check(bench: dict[str, Any]) -> dict[str, Any]:
     bench["warmup"] = _positive("warmup", bench["warmup"])
     bench["peak_tflops"] = _positive("peak_tflops", bench["peak_tflops"], float, none=True)
     bench["timeout"] = _positive("timeout", bench["timeout"], float)
+    bench["repeats"] = _positive("repeats", bench["repeats"])
     return bench
 
 
@@ -185,27 +186,40 @@ class Plan:
         return cuda_wanted(self.accelerator)
 
     def run(self) -> list[dict[str, Any]]:
+        """Every combination once per round; rounds after the first in a shuffled order, so that on a shared
+        machine no setting always runs first or after the same neighbour (alternated pairs, not one block each)."""
+        import random
+
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        rows: list[dict[str, Any]] = []
+        rounds, n = self.bench["repeats"], len(self.combos)
+        runs: list[list[dict[str, Any]]] = [[] for _ in self.combos]
+        order, rng = list(range(n)), random.Random(0)
         try:
-            for i, combo in enumerate(self.combos):
-                row = {"index": i + 1, **combo, "label": combo_label(combo, self.varying), "unit": self.unit}
-                print(f"zoo bench: [{i + 1}/{len(self.combos)}] {self.task} {row['label']} ...", flush=True)
-                row.update(self.measure(i, combo))
-                print(f"zoo bench: [{i + 1}/{len(self.combos)}] {_summary(row)}", flush=True)
-                rows.append(row)
+            for r in range(rounds):
+                if r:
+                    rng.shuffle(order)
+                for i in order:
+                    if runs[i] and runs[i][0].get("status") == "skipped":
+                        continue  # a reason about the machine does not change between rounds
+                    label = combo_label(self.combos[i], self.varying)
+                    tag = f"[{i + 1}/{n}]" + (f" round {r + 1}/{rounds}" if rounds > 1 else "")
+                    print(f"zoo bench: {tag} {self.task} {label} ...", flush=True)
+                    result = {**self.measure(i, self.combos[i], r), "round": r}
+                    print(f"zoo bench: {tag} {_summary({**result, 'label': label, 'unit': self.unit})}", flush=True)
+                    runs[i].append(result)
         except KeyboardInterrupt:
             print("zoo bench: interrupted; reporting the combinations measured so far", file=sys.stderr, flush=True)
             self.interrupted = True
-        return rows
+        return [{"index": i + 1, **combo, "label": combo_label(combo, self.varying), "unit": self.unit,
+                 **aggregate(runs[i])} for i, combo in enumerate(self.combos) if runs[i]]
 
-    def measure(self, i: int, combo: dict[str, Any]) -> dict[str, Any]:
+    def measure(self, i: int, combo: dict[str, Any], round_: int = 0) -> dict[str, Any]:
         reason = skip_reason(combo, self._cuda())
         if reason:
             return {"status": "skipped", "reason": reason}
         from zoo.config import compose, plain
 
-        where = self.run_dir / f"{i + 1:02d}"
+        where = self.run_dir / (f"{i + 1:02d}" + (f"_r{round_ + 1}" if self.bench["repeats"] > 1 else ""))
         where.mkdir(exist_ok=True)
         overrides = self.combo_overrides(combo, where)
         try:
@@ -219,6 +233,21 @@ class Plan:
                 "peak_flops": self.bench["peak_tflops"] * 1e12 if self.bench["peak_tflops"] else None}
         (where / "spec.json").write_text(json.dumps(spec))
         return run_worker(where, self.bench["timeout"])
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A combination's rounds -> its row: the run with the median throughput stands for it (its step times, FLOPs,
+    memory...), with the median, min and max throughput over the rounds and each round's value for the speed-ups."""
+    import statistics
+
+    ok = sorted((x for x in runs if x.get("status") == "ok"), key=lambda x: x["units_per_s"])
+    if not ok:
+        return dict(runs[-1])
+    row = dict(ok[(len(ok) - 1) // 2])
+    values = [x["units_per_s"] for x in ok]
+    row.update(units_per_s=statistics.median(values), units_per_s_min=values[0], units_per_s_max=values[-1],
+               runs=len(ok), per_round={x["round"]: x["units_per_s"] for x in ok})
+    return row
 
 
 def domain_module(cfg: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 # CSV columns, in order (rows also carry their combination's keys first).
 FIELDS = ("index", "label", "precision", "compile", "channels_last", "batch_size", "devices", "status", "reason",
-          "unit", "units_per_s", "speedup", "step_ms_mean", "step_ms_p50", "step_ms_p90", "data_wait_frac",
+          "unit", "units_per_s", "units_per_s_min", "units_per_s_max", "runs", "speedup", "speedup_min", "speedup_max", "step_ms_mean", "step_ms_p50", "step_ms_p90", "data_wait_frac",
           "flops_per_step", "mfu", "math", "peak_flops_per_device", "peak_source", "peak_mem_bytes", "energy_source",
           "energy_j", "energy_per_step_j", "energy_per_unit_j", "loss", "loss_ref", "precision_resolved", "device",
           "world_size", "steps", "warmup", "seconds", "units")
@@ -21,12 +21,22 @@ TB_METRICS = ("units_per_s", "speedup", "step_ms_mean", "step_ms_p50", "step_ms_
 
 
 def add_reference(rows: list[dict[str, Any]]) -> None:
-    """Speed-up against the first row, and the first row's loss next to each row's (a fast but broken setting)."""
+    """Speed-up against the first row (with several rounds: the median of the per-round ratios, and their range), and
+    the first row's loss next to each row's (a fast but broken setting shows)."""
+    import statistics
+
     first = rows[0] if rows and rows[0].get("status") == "ok" else None
     for r in rows:
-        ok = r.get("status") == "ok" and first is not None
-        r["speedup"] = r["units_per_s"] / first["units_per_s"] if ok else None
         r["loss_ref"] = first.get("loss") if first else None
+        r["speedup"] = r["speedup_min"] = r["speedup_max"] = None
+        if r.get("status") != "ok" or first is None:
+            continue
+        mine, ref = r.get("per_round") or {}, first.get("per_round") or {}
+        ratios = sorted(mine[k] / ref[k] for k in mine if k in ref)
+        if len(ratios) > 1:
+            r.update(speedup=statistics.median(ratios), speedup_min=ratios[0], speedup_max=ratios[-1])
+        else:
+            r["speedup"] = r["units_per_s"] / first["units_per_s"]
 
 
 def _num(v: Any, fmt: str = "{:.1f}") -> str:
@@ -52,6 +62,14 @@ def _loss(r: dict[str, Any]) -> str:
     return f"{loss:.4f} ({(loss - ref) / abs(ref) * 100:+.1f}%)" if ref else f"{loss:.4f}"
 
 
+def _with_range(r: dict[str, Any], key: str, fmt: str) -> str:
+    """`value` or, over several rounds, `median (min–max)`."""
+    text = _num(r.get(key), fmt)
+    if r.get(f"{key}_min") is not None and (r.get("runs") or 0) > 1:
+        text += f" ({fmt.format(r[key + '_min'])}–{fmt.format(r[key + '_max'])})"
+    return text
+
+
 def table(rows: list[dict[str, Any]], unit: str) -> str:
     head = ["#", "setting", f"{unit}/s", "speed-up", "step ms mean / p50 / p90", "data wait", "FLOP/step", "MFU",
             "peak mem", "J/step", f"mJ/{unit[:-1] if unit.endswith('s') else unit}", "loss (vs #1)"]
@@ -60,7 +78,8 @@ def table(rows: list[dict[str, Any]], unit: str) -> str:
         if r.get("status") != "ok":
             cells = [str(r["index"]), r["label"], f"{r.get('status')}: {r.get('reason')}"] + [""] * (len(head) - 3)
         else:
-            cells = [str(r["index"]), r["label"], f"{r['units_per_s']:.1f}", _num(r.get("speedup"), "{:.2f}x"),
+            cells = [str(r["index"]), r["label"], _with_range(r, "units_per_s", "{:.1f}"),
+                     _with_range(r, "speedup", "{:.2f}x"),
                      f"{r['step_ms_mean']:.1f} / {r['step_ms_p50']:.1f} / {r['step_ms_p90']:.1f}",
                      f"{100 * r['data_wait_frac']:.1f}%", _flops(r.get("flops_per_step")),
                      _num(None if r.get("mfu") is None else 100 * r["mfu"], "{:.1f}%"), _bytes(r.get("peak_mem_bytes")),
@@ -124,6 +143,8 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
     add_reference(rows)
     env = collect()
     heading = f"zoo bench {plan.task}: {plan.bench['steps']} measured steps after {plan.bench['warmup']} warm-up"
+    if plan.bench["repeats"] > 1:
+        heading += f", {plan.bench['repeats']} rounds (median, min–max)"
     from zoo.bench import show
 
     fixed = [f"{k}={show(v[0])}" for k, v in ((k, plan.bench[k]) for k in
