@@ -23,9 +23,9 @@ def tiny_module(**kw) -> ImageClassifier:
     return ImageClassifier(**args)
 
 
-def loaders(n: int = 32) -> tuple[DataLoader, DataLoader]:
+def loaders(n: int = 32, size: int = 16) -> tuple[DataLoader, DataLoader]:
     g = torch.Generator().manual_seed(0)
-    ds = TensorDataset(torch.randn(n, 3, 16, 16, generator=g), torch.randint(0, 4, (n,), generator=g))
+    ds = TensorDataset(torch.randn(n, 3, size, size, generator=g), torch.randint(0, 4, (n,), generator=g))
     return DataLoader(ds, batch_size=8, shuffle=True), DataLoader(ds, batch_size=8)
 
 
@@ -133,22 +133,20 @@ def test_discriminative_learning_rates():
 
 
 def test_bf16_mixed_on_cpu_autocasts_the_forward():
+    # 32 px, not 16: at 16 px layer4's stride-2 3x3 conv sees a 1x1 map, and torch 2.14.1's bf16 CPU conv backward
+    # then sporadically returns weight gradients of 1e7-1e31 (true max ~3e-4) in a fresh process: reproduced in plain
+    # torch without Lightning or the zoo (timm resnet10t, torch.autocast("cpu", bfloat16), AdamW; see docs/vision.md).
     pl.seed_everything(0)
-    module = tiny_module(optimizer=lambda groups: torch.optim.AdamW(groups, lr=1e-3))
+    module = tiny_module(image_size=32, optimizer=lambda groups: torch.optim.AdamW(groups, lr=1e-3))
     dtypes = []
     module.model.register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
-    train, val = loaders()
+    train, val = loaders(size=32)
     trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, limit_val_batches=0)
     trainer.fit(module, train, val)
     assert dtypes and dtypes[0] == torch.bfloat16
     bad = [n for n, p in module.named_parameters() if not torch.isfinite(p).all()]
-    if bad == ["model.layer4.0.conv1.weight"]:
-        # Seen in about 1 of 8 fresh processes on this 2-core machine (never on a second run in the same process, and
-        # 0 of 8 on the previous commit): one conv weight of a random-init ResNet turns NaN after two bf16 CPU steps.
-        # Not understood yet (an uninitialised read in a bf16 CPU kernel is the suspect); reported, not hidden.
-        pytest.xfail(f"sporadic NaN after bf16-mixed CPU steps in {bad} (under investigation, see the stop note)")
     assert not bad, bad
 
 
