@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,6 +14,8 @@ from vision import finetune as ft
 from vision.models import create_backbone, head_prefixes
 from zoo import optim, tb
 from zoo.errors import ZooError
+
+log = logging.getLogger(__name__)
 
 
 class ImageClassifier(pl.LightningModule):
@@ -157,6 +160,12 @@ class ImageClassifier(pl.LightningModule):
     # ------------------------------------------------------------------ epoch hooks
     def on_fit_start(self) -> None:
         tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
+        if (self.device.type == "cpu" and "bf16" in str(self.trainer.precision)
+                and self.hparams.image_size < 32 and "resnet" in self.hparams.arch):
+            # torch's bf16 CPU conv backward returns garbage weight gradients on 1x1 maps (docs/vision.md)
+            log.warning("bf16-mixed on CPU with %d px images gives ResNet's last stage 1x1 maps, where torch's bf16 "
+                        "CPU conv backward is unreliable (docs/vision.md); use task.data.image_size>=32 or "
+                        "trainer.precision=32-true", self.hparams.image_size)
 
     def on_validation_epoch_end(self) -> None:
         samples, self._samples = self._samples, []

@@ -150,6 +150,16 @@ def test_bf16_mixed_on_cpu_autocasts_the_forward():
     assert not bad, bad
 
 
+def test_bf16_on_cpu_below_32_px_warns(caplog):
+    module = tiny_module(image_size=16)
+    train, _ = loaders()
+    trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with caplog.at_level("WARNING", logger="vision.module"):
+        trainer.fit(module, train)
+    assert any("image_size>=32" in r.getMessage() for r in caplog.records)
+
+
 def test_weights_file_in_timm_or_torchvision_naming(tmp_path):
     import timm
     from safetensors.torch import save_file
