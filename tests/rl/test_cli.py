@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,12 @@ def with_(*overrides: str) -> list[str]:
 
 
 def test_cartpole_train_test_predict_resume(run_zoo, tmp_path: Path) -> None:
-    p = run_zoo("train", *with_("logger=both", "task.module.video=true"), "test_after_fit=false", check=True)
+    p = run_zoo("train", *with_("logger=both", "task.module.video=true"), "test_after_fit=false", check=True,
+                env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert "val/return" in p.stdout
+    # torchmetrics' optional integrations stay out of the whole run (zoo/imports.py, declared by the task)
+    assert not re.findall(r"^import time:.*\| +(transformers|torchvision|scipy|matplotlib)$", p.stdout, re.M)
+    assert re.search(r"^import time:.*\| +torchmetrics$", p.stdout, re.M)  # the check above saw the imports
     run = run_dirs(tmp_path, "rl/ppo")[0]
     # The evaluation episode is in the TensorBoard file as an animated GIF (add_video wrote nothing on moviepy 2).
     from PIL import Image
