@@ -4,14 +4,15 @@
     python scripts/bench_rl.py speed --steps 50000 --repeats 2   # zoo vs scripts/baseline_ppo.py, same settings
     python scripts/bench_rl.py acrobot --seeds 1          # eval return >= -100 within 200k steps?
     python scripts/bench_rl.py pendulum --seeds 1         # eval return >= -300 within 200k steps?
-    PYTHONPATH=/tmp/sb3lib python scripts/bench_rl.py sb3 --seeds 1 2 3      # experiment=rl_cartpole vs SB3
-    python scripts/bench_rl.py cleanrl --seeds 1 2 3      # task=rl/ppo 100k steps vs scripts/baseline_ppo.py
+    PYTHONPATH=/tmp/sb3lib python scripts/bench_rl.py sb3 --seeds 1 2 3 --rounds 2   # experiment=rl_cartpole vs SB3
+    python scripts/bench_rl.py cleanrl --seeds 1 2 3 --rounds 2   # task=rl/ppo 100k steps vs scripts/baseline_ppo.py
     python scripts/bench_rl.py phases experiment=rl_cartpole seed=1   # where one zoo run's time goes
 
 Prints one JSON line per run and a markdown table at the end. Runs are written to a temporary folder.
-`sb3` and `cleanrl` time each process from start to exit, the zoo's as a user runs it (TensorBoard, progress bar,
-evaluations, video, test after fit), alternating zoo and reference per seed so that a busy machine penalises both
-alike; the per-pair ratio zoo / reference is the number to read.
+`sb3` and `cleanrl` time each process from start to exit (wall and CPU seconds, with the load average), the zoo's as
+a user runs it (TensorBoard, progress bar, evaluations, video, test after fit), in pairs of zoo and reference with
+the same seed, back to back, the first of the pair alternating, so that a busy machine penalises both alike; the
+per-pair ratio zoo / reference (median and spread over the pairs) is the number to read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -101,6 +103,27 @@ def speed(steps: int, repeats: int, timeout: float) -> list[dict]:
     return out
 
 
+class Timed:
+    """Wall seconds, CPU seconds (user + system, the process and its children) and the load average around one
+    subprocess. CPU time hardly depends on the other jobs on the machine; wall time does."""
+
+    def __enter__(self) -> "Timed":
+        self.load = os.getloadavg()[0]
+        self.cpu0, self.t0 = self._cpu(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.t0, self._cpu() - self.cpu0
+
+    @staticmethod
+    def _cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    def fields(self) -> dict:
+        return {"wall_s": round(self.wall, 1), "cpu_s": round(self.cpu, 1), "load1": round(self.load, 1)}
+
+
 def zoo_wall(overrides: list[str], timeout: float) -> dict:
     """`python -m zoo train <overrides>` exactly as a user runs it, timed from process start to exit; the rolling-20
     threshold step and the evaluations are read back from its TensorBoard file."""
@@ -108,10 +131,9 @@ def zoo_wall(overrides: list[str], timeout: float) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, ZOO_OUTPUT_ROOT=tmp, PYTHONPATH=str(ROOT))
-        t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides], cwd=ROOT, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        wall = time.perf_counter() - t
+        with Timed() as t:
+            p = subprocess.run([sys.executable, "-m", "zoo", "train", *overrides], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if p.returncode != 0 or "zoo: finished" not in p.stdout:
             raise SystemExit(f"zoo train {' '.join(overrides)} failed ({p.returncode}):\n{p.stdout[-3000:]}")
         (tb,) = Path(tmp).glob("rl/ppo/*/tensorboard")
@@ -123,53 +145,72 @@ def zoo_wall(overrides: list[str], timeout: float) -> dict:
     last = lambda k: scalars[k][-1].value if k in scalars else float("nan")  # noqa: E731
     return {"impl": "zoo", "steps": last("train/env_steps"), "steps_to_475": hit,
             "final_last20": last("rollout/return_last20"), "final_eval": last("val/return"),
-            "test_eval": last("test/return"), "wall_s": round(wall, 1)}
+            "test_eval": last("test/return"), **t.fields()}
 
 
 def reference_wall(cmd: list[str], timeout: float) -> dict:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout)
-    wall = time.perf_counter() - t
+    with Timed() as t:
+        p = subprocess.run([sys.executable, *cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=timeout)
     last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     if p.returncode != 0 or not last.startswith("{"):
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-3000:]}")
-    return {**json.loads(last), "wall_s": round(wall, 1)}
+    return {**json.loads(last), **t.fields()}
 
 
-def side_by_side(suite: str, seeds: list[int], timeout: float) -> None:
-    """zoo and reference in turn for each seed; a table of start-to-end seconds and per-pair ratios."""
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def side_by_side(suite: str, seeds: list[int], rounds: int, timeout: float) -> None:
+    """Pairs of zoo and reference runs with the same seed, back to back (which one goes first alternates from pair to
+    pair, so that a load that rises or falls through a pair favours neither); `rounds` passes over the seeds. The
+    per-pair ratios are the numbers to read on a shared machine: a pair's two runs see about the same load."""
     if suite == "sb3":
         probe = subprocess.run([sys.executable, "-c", "import stable_baselines3"], capture_output=True)
         if probe.returncode != 0:
             print("stable-baselines3 is not importable; install it outside the project: .venv/bin/pip install "
                   "--target /tmp/sb3lib --no-deps stable-baselines3, then run with PYTHONPATH=/tmp/sb3lib")
             return
+    zoo_args = (lambda s: ["experiment=rl_cartpole", f"seed={s}"]) if suite == "sb3" else \
+        (lambda s: ["task=rl/ppo", f"seed={s}"])
+    script = "bench_sb3_cartpole.py" if suite == "sb3" else "baseline_ppo.py"
     pairs = []
-    for seed in seeds:
-        if suite == "sb3":
-            zoo = zoo_wall(["experiment=rl_cartpole", f"seed={seed}"], timeout)
-            ref = reference_wall([str(ROOT / "scripts" / "bench_sb3_cartpole.py"), "--seed", str(seed)], timeout)
+    for i, seed in enumerate([s for _ in range(rounds) for s in seeds]):
+        run_zoo = lambda: zoo_wall(zoo_args(seed), timeout)  # noqa: E731
+        run_ref = lambda: reference_wall([str(ROOT / "scripts" / script), "--seed", str(seed)], timeout)  # noqa: E731
+        if i % 2 == 0:
+            zoo, ref = run_zoo(), run_ref()
         else:
-            zoo = zoo_wall(["task=rl/ppo", f"seed={seed}"], timeout)
-            ref = reference_wall([str(ROOT / "scripts" / "baseline_ppo.py"), "--seed", str(seed)], timeout)
-        pairs.append((seed, zoo, ref))
-        print(json.dumps({"seed": seed, "zoo": zoo, "ref": ref}), flush=True)
+            ref, zoo = run_ref(), run_zoo()
+        pairs.append((seed, "zoo" if i % 2 == 0 else "ref", zoo, ref))
+        print(json.dumps({"pair": i + 1, "seed": seed, "first": pairs[-1][1], "zoo": zoo, "ref": ref}), flush=True)
+    report(suite, pairs)
+
+
+def report(suite: str, pairs: list[tuple[int, str, dict, dict]]) -> None:
     name = "SB3" if suite == "sb3" else "plain PPO"
     # SB3's script evaluates 10 deterministic episodes at the end; the plain PPO reports its last 20 episodes.
     zkey, rkey, what = ("final_eval", "final_eval", "final eval") if suite == "sb3" else \
         ("final_last20", "return_last20", "last-20 return")
-    print(f"| seed | zoo s | {name} s | ratio zoo/{name} | zoo rolling-20 >= 475 at | {name} at | zoo {what} "
-          f"| {name} {what} |")
-    print("|---|---|---|---|---|---|---|---|")
-    for seed, zoo, ref in pairs:
-        print(f"| {seed} | {zoo['wall_s']:.1f} | {ref['wall_s']:.1f} | {zoo['wall_s'] / ref['wall_s']:.2f} | "
-              f"{zoo['steps_to_475'] or '-'} | {ref.get('steps_to_475') or '-'} | {zoo[zkey]:.1f} | "
-              f"{ref[rkey]:.1f} |")
-    ratios = [z["wall_s"] / r["wall_s"] for _, z, r in pairs]
-    print(f"ratio zoo/{name}: median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}"
-          f" over {len(ratios)} pairs; total zoo {sum(z['wall_s'] for _, z, _ in pairs):.0f} s, "
-          f"{name} {sum(r['wall_s'] for _, _, r in pairs):.0f} s")
+    print(f"| pair | seed | load | zoo s | {name} s | zoo/{name} wall | zoo/{name} CPU | rolling-20 >= 475 at: zoo / "
+          f"{name} | {what}: zoo / {name} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, (seed, _, zoo, ref) in enumerate(pairs):
+        print(f"| {i + 1} | {seed} | {zoo['load1']:.1f}-{ref['load1']:.1f} | {zoo['wall_s']:.1f} | {ref['wall_s']:.1f} "
+              f"| {zoo['wall_s'] / ref['wall_s']:.2f} | {zoo['cpu_s'] / ref['cpu_s']:.2f} | "
+              f"{zoo['steps_to_475'] or '-'} / {ref.get('steps_to_475') or '-'} | {zoo[zkey]:.1f} / {ref[rkey]:.1f} |")
+    wall = [z["wall_s"] / r["wall_s"] for _, _, z, r in pairs]
+    cpu = [z["cpu_s"] / r["cpu_s"] for _, _, z, r in pairs]
+    solved = lambda key, runs: sum(r.get(key) is not None for r in runs)  # noqa: E731
+    print(f"ratio zoo/{name} over {len(pairs)} pairs: wall {spread(wall)}; CPU {spread(cpu)}")
+    total = lambda key, who: sum(p[who][key] for p in pairs)  # noqa: E731
+    loads = [p[w]["load1"] for p in pairs for w in (2, 3)]
+    print(f"totals: zoo {total('wall_s', 2):.0f} s wall / {total('cpu_s', 2):.0f} s CPU, {name} "
+          f"{total('wall_s', 3):.0f} s / {total('cpu_s', 3):.0f} s; load average (1 min) {min(loads):.1f} to "
+          f"{max(loads):.1f}")
+    print(f"rolling-20 >= 475 within the run: zoo {solved('steps_to_475', [z for _, _, z, _ in pairs])}/{len(pairs)}, "
+          f"{name} {solved('steps_to_475', [r for _, _, _, r in pairs])}/{len(pairs)}")
 
 
 def phases(overrides: list[str]) -> None:
@@ -223,10 +264,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--steps", type=int, default=50_000, help="speed: environment steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="speed: zoo/baseline pairs")
+    ap.add_argument("--rounds", type=int, default=2, help="sb3/cleanrl: passes over the seeds (pairs = seeds x rounds)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     a = ap.parse_args()
     if a.suite in ("sb3", "cleanrl"):
-        side_by_side(a.suite, a.seeds, a.timeout)
+        side_by_side(a.suite, a.seeds, a.rounds, a.timeout)
         return
     if a.suite == "speed":
         runs = speed(a.steps, a.repeats, a.timeout)

@@ -81,8 +81,8 @@ class _Trigger(importlib.abc.MetaPathFinder):
         if fullname != SCOPE:
             return None
         uninstall()
-        spec = next((s for f in sys.meta_path if hasattr(f, "find_spec") and (s := f.find_spec(fullname, path, target))),
-                    None)
+        finders = [f for f in sys.meta_path if hasattr(f, "find_spec")]
+        spec = next((s for f in finders if (s := f.find_spec(fullname, path, target)) is not None), None)
         if spec is None or spec.loader is None:
             return spec
         spec.loader = _ScopedLoader(spec.loader, self.absent)
