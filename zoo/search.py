@@ -147,7 +147,11 @@ def storage_url(url: str | None, sweep_dir: Path) -> str:
         url = f"sqlite:///{sweep_dir / 'optuna.db'}"
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url[len("sqlite:///"):]).expanduser().absolute()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ZooError(f"cannot open the study storage {url}: cannot create {path.parent} ({e.strerror}); give "
+                           "hydra.sweeper.storage=sqlite:///<writable path>.db or another SQLAlchemy URL") from None
         url = f"sqlite:///{path}"
     return url
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from zoo.errors import ZooError
 
-GROUPS = ("task", "experiment", "trainer", "logger", "callbacks", "hydra")
+GROUPS = ("task", "experiment", "trainer", "logger", "callbacks", "hydra", "hparams_search")
 
 
 def _expected(default: Any) -> tuple[tuple[type, ...], str] | None:

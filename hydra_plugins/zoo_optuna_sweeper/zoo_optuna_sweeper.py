@@ -20,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 @dataclass
 class ZooOptunaSweeperConf:
+    # hydra/sweeper/sampler=tpe|random, hydra/sweeper/pruner=median|percentile|hyperband|threshold (none by default)
+    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": None}])
     _target_: str = "hydra_plugins.zoo_optuna_sweeper.zoo_optuna_sweeper.ZooOptunaSweeper"
     _recursive_: bool = False  # sampler and pruner stay specs: the pruner travels to each job as an override
     n_trials: int = 20  # COMPLETE + PRUNED trials the study should hold (FAIL ones are replaced)
@@ -28,15 +30,32 @@ class ZooOptunaSweeperConf:
     storage: Optional[str] = None  # any SQLAlchemy URL; null: sqlite:///<hydra.sweep.dir>/optuna.db
     direction: Optional[str] = None  # null: from task.mode (max -> maximize)
     monitor: Optional[str] = None  # null: task.monitor
-    sampler: Dict[str, Any] = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
-    pruner: Optional[Dict[str, Any]] = None  # e.g. {_target_: optuna.pruners.MedianPruner, n_startup_trials: 3}
+    sampler: Any = None  # {_target_: optuna.samplers..., seed: null (the run's seed)}, from the group above
+    pruner: Any = None  # {_target_: optuna.pruners..., ...} or null (no pruning)
     params: Dict[str, str] = field(default_factory=dict)  # key -> choice(...) | range(...) | interval(...) | tag(log, ...)
     max_failures_in_a_row: int = 3  # then the sweep stops with the last error (a broken setup, not a bad trial)
     heartbeat_interval: int = 10  # seconds; a RUNNING trial without heartbeat for grace_period is marked FAIL
     grace_period: int = 30
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="zoo_optuna", node=ZooOptunaSweeperConf, provider="zoo")
+_STORE = ConfigStore.instance()
+_STORE.store(group="hydra/sweeper", name="zoo_optuna", node=ZooOptunaSweeperConf, provider="zoo")
+# Samplers and pruners as config groups (as in Hydra's own Optuna sweeper), so that a preset's choice is replaced,
+# not merged into: hydra/sweeper/pruner=threshold hydra.sweeper.pruner.lower=0.5
+for _name, _node in {
+    "tpe": {"_target_": "optuna.samplers.TPESampler", "seed": None, "n_startup_trials": 10},
+    "random": {"_target_": "optuna.samplers.RandomSampler", "seed": None},
+}.items():
+    _STORE.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="zoo")
+for _name, _node in {
+    "median": {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 1},
+    "percentile": {"_target_": "optuna.pruners.PercentilePruner", "percentile": 25.0, "n_startup_trials": 3,
+                   "n_warmup_steps": 1},
+    "hyperband": {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 1, "max_resource": "auto",
+                  "reduction_factor": 3},
+    "threshold": {"_target_": "optuna.pruners.ThresholdPruner", "lower": None, "upper": None, "n_warmup_steps": 0},
+}.items():
+    _STORE.store(group="hydra/sweeper/pruner", name=_name, node=_node, provider="zoo")
 
 
 class _Heartbeat:
@@ -91,7 +110,7 @@ class ZooOptunaSweeper(Sweeper):
              for k, v in settings.items()}
         self.n_trials, self.n_jobs = int(s["n_trials"]), int(s["n_jobs"])
         self.study_name, self.storage, self.direction = s["study_name"], s["storage"], s["direction"]
-        self.monitor, self.sampler_spec, self.pruner_spec = s["monitor"], dict(s["sampler"]), s["pruner"]
+        self.monitor, self.sampler_spec, self.pruner_spec = s["monitor"], dict(s["sampler"] or {}), s["pruner"]
         self.params = {str(k): str(v) for k, v in (s["params"] or {}).items()}
         self.max_failures = int(s["max_failures_in_a_row"])
         self.heartbeat_interval, self.grace_period = int(s["heartbeat_interval"]), int(s["grace_period"])
@@ -165,7 +184,7 @@ class ZooOptunaSweeper(Sweeper):
         search draws new random start points instead of repeating the first run's."""
         from zoo.config import instantiate
 
-        spec = dict(self.sampler_spec)
+        spec = dict(self.sampler_spec or {"_target_": "optuna.samplers.TPESampler", "seed": None})
         if "seed" in spec:
             base = spec["seed"] if spec["seed"] is not None else int(self.config.seed)  # type: ignore[union-attr]
             spec["seed"] = int(base) + trials_so_far
