@@ -27,7 +27,9 @@ if [ "$MODE" = --prepare ]; then
   for f in config.json tokenizer.json tokenizer_config.json vocab.txt special_tokens_map.json; do
     [ -f "$src/$f" ] && cp "$src/$f" "$ASSETS/minilm/"
   done
-  grep -qx '/.bench_assets/' .git/info/exclude 2>/dev/null || echo /.bench_assets/ >> .git/info/exclude
+  exclude=$(git rev-parse --git-path info/exclude)  # kept out of git; travels with carry [".bench_assets"]
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.bench_assets/' "$exclude" 2>/dev/null || echo /.bench_assets/ >> "$exclude"
   echo "prepared $ASSETS/minilm: $(ls "$ASSETS/minilm" | tr '\n' ' ')"
   exit 0
 fi
