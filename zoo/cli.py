@@ -297,24 +297,19 @@ def check_resume_task(cfg) -> str | None:  # noqa: ANN001
     return str(path)
 
 
-def restart_count() -> int:
-    """How often a launcher restarted this job: torchrun after a failed worker, SLURM after a requeue."""
-    counts = [os.environ.get(k, "0") for k in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")]
-    return max(int(c) if c.isdigit() else 0 for c in counts)
-
-
 def restart_checkpoint(run_dir: Path) -> Path | None:
-    """A restarted job (same run dir: the launcher's job id) continues from its last.ckpt, with no new arguments.
+    """A job that torchrun restarted or SLURM requeued continues from its run's last.ckpt, with no new arguments.
 
-    A first start whose run dir already holds a run (the same --rdzv-id or SLURM job reused) is refused rather than
-    overwriting that run."""
+    Only runs named by their launcher (torchrun's run id, the SLURM job) can find a run dir already there: the job id
+    names the run, so starting the same id again continues it. (Not torchrun's restart count: an agent whose own
+    worker did not fail restarts its workers with count 0, and every rank must agree on resuming.)"""
+    from zoo.config import launcher_named_run
+
     last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
+    if not launcher_named_run() or not last.is_file():
         return None
-    if restart_count() == 0:
-        raise ZooError(f"{run_dir} already holds a run (this torchrun --rdzv-id or SLURM job was used before); "
-                       f"continue it with ckpt_path={run_dir}, or start a new run with another --rdzv-id")
-    logging.getLogger("zoo").warning("restart %d of this job: continuing from %s", restart_count(), last)
+    logging.getLogger("zoo").warning("%s already holds this job's run (a torchrun restart, a SLURM requeue, or the "
+                                     "same job id again): continuing from %s", run_dir, last)
     return last
 
 

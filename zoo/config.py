@@ -96,22 +96,30 @@ def _torchrun_agent_id() -> str:
 
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=timedelta(seconds=300), wait_for_workers=False)
-    key = f"zoo/run_id/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    # The store outlives torchrun's restarts: the first rank 0's name stays, even if rank 0 moves to another agent.
     if os.environ.get("RANK") == "0":
-        store.set(key, own)
-        return own
-    return store.get(key).decode()  # waits for rank 0
+        return store.compare_set("zoo/run_id", "", own).decode()
+    return store.get("zoo/run_id").decode()  # waits for rank 0
 
 
 _RUN_ID: str | None = None
+_LAUNCHER_NAMED = False
 
 
 def run_id() -> str:
     """`<date>_<time>_<pid>` once per process (stable across Hydra's repeated resolution), or the launcher's job id."""
-    global _RUN_ID
+    global _RUN_ID, _LAUNCHER_NAMED
     if _RUN_ID is None:
-        _RUN_ID = external_job_id() or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid() % 10000:04d}"
+        job = external_job_id()
+        _LAUNCHER_NAMED = job is not None
+        _RUN_ID = job or f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid() % 10000:04d}"
     return _RUN_ID
+
+
+def launcher_named_run() -> bool:
+    """Whether this process's run id is its launcher's job id (the same again when the launcher restarts the job)."""
+    run_id()
+    return _LAUNCHER_NAMED
 
 
 def is_writer() -> bool:
@@ -128,6 +136,9 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("zoo_run_id"):
         OmegaConf.register_new_resolver("zoo_run_id", lambda: run_id(), use_cache=True)
+    if not OmegaConf.has_resolver("zoo_count"):  # trainer.devices -> a SLURM task count: 8 -> 8, "auto" -> 1
+        OmegaConf.register_new_resolver("zoo_count", lambda value, default=1: int(value) if str(value).isdigit()
+                                        else default)
     if not OmegaConf.has_resolver("zoo_writer"):
         OmegaConf.register_new_resolver("zoo_writer", lambda yes, no=None: yes if is_writer() else no)
 
@@ -192,8 +203,8 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
     if continuous and SEARCH_SWEEPER not in str(_select(cfg, "hydra.sweeper._target_")):
         o = continuous[0]
         raise ZooError(f"{o.input_line}: interval() is a continuous range that only a search sweeper can sample; "
-                       f"run a search (-m hparams_search=<task> {o.input_line}, docs/search.md) or list the values "
-                       f"to try, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2")
+                       f"list the values to try instead, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2, or run a search: "
+                       "-m hparams_search=<task> (docs/search.md)")
     validate.check_types(parsed, base)
     validate.check_batch_sizes(cfg)
     validate.check_optimizers(cfg)

@@ -48,13 +48,15 @@ def start(cfg: DictConfig) -> None:
     apply_global_switches(cfg.trainer)
 
 
-def save_run_config(cfg: DictConfig, overrides: list[str]) -> Path:
-    """The resolved config at the run-dir root: what DDP children load, and what reproduces the run."""
+def save_run_config(cfg: DictConfig, overrides: list[str], resume: str | None = None) -> Path:
+    """The resolved config at the run-dir root: what DDP children load (with the checkpoint rank 0 resumes from),
+    and what reproduces the run."""
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create({"config": plain(cfg), "overrides": list(overrides)})))
+    saved = {"config": plain(cfg), "overrides": list(overrides), "resume": resume}
+    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
     os.replace(tmp, path)
     return path
 
@@ -73,7 +75,7 @@ def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     if is_lightning_child() or launcher_rank() != 0:
         return _train(cfg, overrides, resume)
     before = {k: os.environ[k] for k in DIST_ENV if k in os.environ}
-    os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides))
+    os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides, resume))
     try:
         return _train(cfg, overrides, resume)
     finally:

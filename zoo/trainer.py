@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
 ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads",
-            "find_unused_parameters")
+            "find_unused_parameters", "collective_timeout")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -44,11 +44,14 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
     kwargs["precision"] = resolve_precision(t.get("precision", "auto"), accelerator)
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
-    if t.get("find_unused_parameters"):
+    if t.get("find_unused_parameters") or t.get("collective_timeout"):
         processes = device_count(t.get("devices", "auto"), accelerator) * int(t.get("num_nodes") or 1)
         if strategy in (None, "auto") and processes > 1:
             strategy = "ddp"  # what Lightning's "auto" picks for several CPU/GPU processes
+    if t.get("find_unused_parameters"):
         strategy = kwargs["strategy"] = with_find_unused(strategy)
+    if t.get("collective_timeout"):
+        strategy = kwargs["strategy"] = with_timeout(strategy, float(t["collective_timeout"]))
     if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
         from zoo.config import instantiate
 
@@ -74,6 +77,24 @@ def with_find_unused(strategy: Any) -> Any:
         return f"{strategy}_find_unused_parameters_true"
     if isinstance(strategy, dict) and "DDPStrategy" in str(strategy.get("_target_", "")):
         return {**strategy, "find_unused_parameters": True}
+    return strategy
+
+
+def with_timeout(strategy: Any, seconds: float) -> Any:
+    """DDP/FSDP whose collectives give up after `seconds` (torch's default: 30 min on gloo, 10 on NCCL): a rank that
+    died or hangs where no watcher sees it (another node, a stuck peer) ends the survivors in bounded time, with the
+    error `zoo.ddp.peer_failure` turns into one line. Registered names become the same strategy built with the
+    timeout; a `{_target_: ...DDPStrategy|FSDPStrategy}` mapping gets the keyword; others stay as they are."""
+    timeout = {"_target_": "datetime.timedelta", "seconds": seconds}
+    if isinstance(strategy, str) and strategy.startswith(("ddp", "fsdp")):
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        if strategy in StrategyRegistry:
+            entry = StrategyRegistry[strategy]
+            cls = entry["strategy"]
+            return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **entry["init_params"], "timeout": timeout}
+    if isinstance(strategy, dict) and any(s in str(strategy.get("_target_", "")) for s in ("DDPStrategy", "FSDPStrategy")):
+        return {"timeout": timeout, **strategy}  # a timeout the mapping sets itself wins
     return strategy
 
 
