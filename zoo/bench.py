@@ -194,6 +194,7 @@ class Plan:
         rounds, n = self.bench["repeats"], len(self.combos)
         runs: list[list[dict[str, Any]]] = [[] for _ in self.combos]
         order, rng = list(range(n)), random.Random(0)
+        i = r = 0
         try:
             for r in range(rounds):
                 if r:
@@ -210,6 +211,8 @@ class Plan:
         except KeyboardInterrupt:
             print("zoo bench: interrupted; reporting the combinations measured so far", file=sys.stderr, flush=True)
             self.interrupted = True
+            if not runs[i] or runs[i][-1]["round"] != r:  # the combination that was running when the signal came
+                runs[i].append({"status": "interrupted", "reason": "stopped by Ctrl-C or SIGTERM", "round": r})
         return [{"index": i + 1, **combo, "label": combo_label(combo, self.varying), "unit": self.unit,
                  **aggregate(runs[i])} for i, combo in enumerate(self.combos) if runs[i]]
 

@@ -160,5 +160,5 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
         write_plot(out / "bench.png", rows, plan.unit, heading)
     write_tensorboard(out / "tensorboard", rows, md)
     print("\n" + md + "\n", flush=True)
-    print(f"zoo bench: wrote {out}/bench.{{json,csv,md,png}} and tensorboard/ "
+    print(f"zoo bench: wrote {out}/bench.{{json,csv,md{',png' if rows else ''}}} and tensorboard/ "
           f"(tensorboard --logdir {out / 'tensorboard'})", flush=True)
