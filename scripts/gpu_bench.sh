@@ -50,7 +50,7 @@ if [ "$MODE" = run ]; then
   TXT=(task.data.max_length=128 task.data.batch_size=128)
   ENC=preset=bert-base
   STEPS=(bench.steps=30 bench.warmup=5 bench.timeout=150)
-  DEFAULT_STEPS=(bench.steps=20 bench.warmup=5)
+  DEFAULT_STEPS=(bench.steps=20 bench.warmup=5 bench.timeout=200)
   COMPILE='[false,true]'
 else  # --dry: the same commands, tiny shapes, on CPU; compile is left out (minutes of C++ builds on a CPU)
   export PYTHONPATH="$ROOT" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -67,7 +67,7 @@ $PY -c "from nlp.synthetic import write_encoder; write_encoder('$WORK/encoder', 
 log() { echo "== $(date +%T) $*" | tee -a "$OUTDIR/gpu_bench.log"; }
 bench() {  # one `zoo bench`; a failure is logged and the script goes on to the next
   log "zoo bench $*"
-  timeout 400 $PY -m zoo bench "$@" 2>&1 | tee -a "$OUTDIR/gpu_bench.log" | sed -n '/^## zoo bench/,$p' >> "$OUTDIR/gpu_bench.md"
+  timeout 450 $PY -m zoo bench "$@" 2>&1 | tee -a "$OUTDIR/gpu_bench.log" | sed -n '/^## zoo bench/,$p' >> "$OUTDIR/gpu_bench.md"
   echo >> "$OUTDIR/gpu_bench.md"
 }
 : > "$OUTDIR/gpu_bench.md"
