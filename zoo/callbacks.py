@@ -57,6 +57,23 @@ class DeadRankWatch(Callback):
         self.run_dir, self.poll_s = str(run_dir), poll_s
         self.parent_pid = os.getppid()
         self.procs: list = []
+        self.stopping = False
+        self.died: list[str] | None = None
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """Rank 0 failed (e.g. a collective timed out on a hung child): stop the children it started, which Lightning
+        leaves running on any error but Ctrl-C (a hung one would hold its GPU forever); SIGTERM stops them itself."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        self.stopping = True  # the watcher must not report the children stopped here as deaths
+        # (setup has not run yet when the process group's start-up itself timed out)
+        self.procs = self.procs or list(getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or [])
+        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)) or not self.procs:
+            return
+        self.died = self.dead_ranks(wait_s=2.0)  # before the kills below, which would read as deaths
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         launcher = getattr(trainer.strategy, "launcher", None)
@@ -74,7 +91,7 @@ class DeadRankWatch(Callback):
         while True:
             time.sleep(self.poll_s)
             codes = [p.poll() for p in self.procs]
-            if all(c == 0 for c in codes):
+            if all(c == 0 for c in codes) or self.stopping:
                 return
             for rank, (proc, code) in enumerate(zip(self.procs, codes), start=1):
                 if code in (None, 0) or getattr(trainer, "received_sigterm", False):
@@ -89,6 +106,8 @@ class DeadRankWatch(Callback):
 
     def dead_ranks(self, wait_s: float = 3.0) -> list[str]:
         """Which peers are gone, as this process can tell on its node (rank 0 its children, a child rank 0)."""
+        if self.died is not None:
+            return self.died
         deadline = time.monotonic() + wait_s
         while True:
             dead = [f"rank {r} (pid {p.pid}, {describe_exit(p.returncode)})"

@@ -102,9 +102,21 @@ def _train(rest: list[str]) -> None:
     if not (args.help or args.hydra_help or args.info or args.shell_completion):
         args.overrides = resolve_resume(args.overrides)
         check_overrides(args.overrides)
+        warn_elastic_store()
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
     _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
                config_name="train")
+
+
+def warn_elastic_store() -> None:
+    """torchrun keeps its rendezvous store across restarts by default, and a restarted gloo/NCCL group can hang or
+    fail on the last attempt's keys (pytorch/pytorch#135712): say so once, where an elastic multi-node run starts."""
+    env = os.environ
+    if (env.get("RANK") == "0" and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0 and env.get("WORLD_SIZE") != env.get("LOCAL_WORLD_SIZE")):
+        print("zoo: warning: torchrun restarts on several nodes need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (and "
+              "--rdzv-id=<name>) in every agent's environment, or a restart can hang (docs/scale.md)",
+              file=sys.stderr, flush=True)
 
 
 class TrainJob:

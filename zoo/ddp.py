@@ -76,9 +76,10 @@ def peer_failure(error: BaseException, trainer: Any) -> str | None:
 
     watch = next((c for c in trainer.callbacks if isinstance(c, DeadRankWatch)), None)
     dead = watch.dead_ranks() if watch is not None else []
-    who = ", ".join(dead) if dead else "another rank of this run"
+    # No dead process in sight: a peer on another node, or one that hangs (the collective timeout ended the wait).
+    who = f"DDP {', '.join(dead)} died" if dead else "another DDP rank of this run died or stopped answering"
     import re
 
     first = re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip().splitlines()[0]).split(". ")[0][:100]  # drop "[.../pair.cc:545]"
-    return (f"DDP {who} died (this rank {trainer.global_rank} saw: {first}); {resume_hint(watch.run_dir)}"
-            if watch else f"DDP {who} died (this rank {trainer.global_rank} saw: {first})")
+    line = f"{who} (this rank {trainer.global_rank} saw: {first})"
+    return f"{line}; {resume_hint(watch.run_dir)}" if watch else line
