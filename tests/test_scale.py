@@ -48,6 +48,87 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+# ------------------------------------------------------------------------------ run names, writers, settings
+@pytest.fixture
+def launcher_env(monkeypatch):
+    """A clean launcher environment and a fresh run-id cache."""
+    from zoo import config
+
+    for key in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NAME", "SLURM_NTASKS", "SLURM_PROCID", "RANK",
+                "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(config, "_RUN_ID", None)
+    return monkeypatch
+
+
+def test_the_launcher_names_the_run(launcher_env):
+    from zoo.config import external_job_id
+    from zoo.errors import ZooError
+
+    assert external_job_id() is None  # a plain run: a timestamp
+    launcher_env.setenv("SLURM_JOB_ID", "77")
+    launcher_env.setenv("SLURM_STEP_ID", "0")
+    assert external_job_id() == "slurm-77"  # every srun task, and the requeued job, the same
+    launcher_env.setenv("SLURM_STEP_ID", "1")
+    assert external_job_id() == "slurm-77.1"  # a second srun in the job is another run
+    launcher_env.setenv("SLURM_JOB_NAME", "bash")
+    assert external_job_id() is None  # an interactive allocation runs many commands
+    launcher_env.setenv("TORCHELASTIC_RUN_ID", "exp1")
+    assert external_job_id() == "torchrun-exp1"
+    launcher_env.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default id, one agent: named after the agent
+    launcher_env.setenv("WORLD_SIZE", "2")
+    launcher_env.setenv("LOCAL_WORLD_SIZE", "2")
+    first = external_job_id()
+    assert first.startswith("torchrun-") and first.endswith(f"_{os.getppid()}") and external_job_id() == first
+    launcher_env.setenv("LOCAL_WORLD_SIZE", "1")  # several agents and no shared store to agree through
+    with pytest.raises(ZooError, match="--rdzv-id"):
+        external_job_id()
+
+
+def test_one_writer_of_hydra_files(launcher_env):
+    from omegaconf import OmegaConf
+
+    from zoo.config import register_resolvers
+
+    register_resolvers()
+    cfg = OmegaConf.create({"subdir": "${zoo_writer:.hydra}", "handlers": "${zoo_writer:[console,file],[console]}"})
+    assert (cfg.subdir, list(cfg.handlers)) == (".hydra", ["console", "file"])
+    launcher_env.setenv("RANK", "1")  # torchrun's global rank 1
+    assert (cfg.subdir, list(cfg.handlers)) == (None, ["console"])
+
+
+def test_a_restarted_job_finds_its_newest_checkpoint(launcher_env, tmp_path):
+    from zoo import config
+    from zoo.cli import restart_checkpoint
+
+    (tmp_path / "checkpoints").mkdir()
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"x")
+    assert restart_checkpoint(tmp_path) is None  # a timestamped run dir is new: nothing to continue
+    launcher_env.setattr(config, "_RUN_ID", "torchrun-exp1")
+    launcher_env.setattr(config, "_LAUNCHER_NAMED", True)
+    assert restart_checkpoint(tmp_path) == last
+    hpc = tmp_path / "hpc_ckpt_1.ckpt"  # Lightning's SLURM requeue save, newer
+    hpc.write_bytes(b"x")
+    os.utime(last, (time.time() - 60, time.time() - 60))
+    assert restart_checkpoint(tmp_path) == hpc
+    assert restart_checkpoint(tmp_path / "other") is None
+
+
+def test_collective_timeout_reaches_the_strategy():
+    from zoo.trainer import trainer_kwargs
+
+    for strategy, method in (("ddp", "popen"), ("ddp_spawn", "spawn"), ("auto", "popen")):
+        s = trainer_kwargs({"strategy": strategy, "accelerator": "cpu", "devices": 2, "collective_timeout": 7,
+                            "find_unused_parameters": strategy == "auto"})["strategy"]
+        assert (s._timeout.total_seconds(), s._start_method) == (7, method)
+    assert trainer_kwargs({"strategy": "ddp_find_unused_parameters_true", "accelerator": "cpu", "devices": 2,
+                           "collective_timeout": 7})["strategy"]._ddp_kwargs == {"find_unused_parameters": True}
+    assert trainer_kwargs({"strategy": "auto", "accelerator": "cpu", "devices": 1,
+                           "collective_timeout": 7})["strategy"] == "auto"  # one process: nothing to time out
+
+
+# ------------------------------------------------------------------------------------------ real processes
 @pytest.mark.slow
 def test_submitit_local_multirun_lands_in_one_sweep_dir(run_zoo, tmp_path):
     proc = run_zoo("train", "-m", "hydra/launcher=zoo_local", *TINY, *VISION, "task.module.optimizer.lr=1e-3,3e-3",

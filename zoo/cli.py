@@ -317,9 +317,11 @@ def restart_checkpoint(run_dir: Path) -> Path | None:
     worker did not fail restarts its workers with count 0, and every rank must agree on resuming.)"""
     from zoo.config import launcher_named_run
 
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not launcher_named_run() or not last.is_file():
+    # Lightning's own SLURM requeue (SIGUSR1 in an sbatch job) saves hpc_ckpt_<n>.ckpt in the run dir: the newest wins.
+    found = [p for p in [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")] if p.is_file()]
+    if not launcher_named_run() or not found:
         return None
+    last = max(found, key=lambda p: p.stat().st_mtime)
     logging.getLogger("zoo").warning("%s already holds this job's run (a torchrun restart, a SLURM requeue, or the "
                                      "same job id again): continuing from %s", run_dir, last)
     return last
