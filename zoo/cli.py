@@ -161,8 +161,9 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
             raise
         fail(e)
     except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
-        print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, continue with "
-              f"`python -m zoo train ckpt_path={cfg.run_dir}`", file=sys.stderr, flush=True)
+        hint = "the search continues with the same command" if in_search else \
+            f"continue with `python -m zoo train ckpt_path={cfg.run_dir}`"
+        print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, {hint}", file=sys.stderr, flush=True)
         sys.exit(143)
 
 

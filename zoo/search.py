@@ -245,6 +245,8 @@ def trial_rows(study: Any, monitor: str) -> list[dict]:
         wall = (t.datetime_complete - t.datetime_start).total_seconds() \
             if t.datetime_complete and t.datetime_start else None
         note = t.user_attrs.get("error", "")
+        if t.state.name == "FAIL" and not note:  # failed by fail_stale_trials: its process stopped beating
+            note = "its sweep process died (no heartbeat)"
         if t.state.name == "PRUNED":
             note = f"pruned after evaluation {t.user_attrs.get('pruned_at', '?')}"
         rows.append({"number": t.number, "state": t.state.name, monitor: t.value, **t.params,

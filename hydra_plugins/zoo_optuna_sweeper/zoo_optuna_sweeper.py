@@ -162,7 +162,11 @@ class ZooOptunaSweeper(Sweeper):
         study.sampler = self._sampler(len(study.get_trials(deepcopy=False)))
         _say(f"study '{name}' in {search.redact(self.url)}: {direction} {self.objective}, {self.n_trials} trials "
              f"({len(space)} parameters); trials in {sweep_dir}")
-        returns = self._loop(study, space, fixed, sweep_dir)
+        try:
+            returns = self._loop(study, space, fixed, sweep_dir)
+        except ZooError:  # too many failures in a row: the table shows what ran, then the error line
+            self._report(study, fixed, sweep_dir)
+            raise
         self._report(study, fixed, sweep_dir)
         return returns
 
@@ -237,6 +241,7 @@ class ZooOptunaSweeper(Sweeper):
         except BaseException:  # Ctrl-C, SIGTERM, a launcher error: the trials did not finish
             for t in trials:
                 if study._storage.get_trial(t._trial_id).state == TrialState.RUNNING:
+                    t.set_user_attr("error", "stopped (Ctrl-C, SIGTERM or a launcher error)")
                     study.tell(t, state=TrialState.FAIL)
             _say(f"stopped; trial(s) {', '.join(str(t.number) for t in trials)} marked FAIL. Run the same command "
                  "to continue the study")
