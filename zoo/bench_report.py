@@ -143,8 +143,9 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
     add_reference(rows)
     env = collect()
     heading = f"zoo bench {plan.task}: {plan.bench['steps']} measured steps after {plan.bench['warmup']} warm-up"
-    if plan.bench["repeats"] > 1:
-        heading += f", {plan.bench['repeats']} rounds (median, min–max)"
+    rounds = max((r.get("runs") or 1 for r in rows), default=1)
+    if rounds > 1:  # the rounds measured (an interrupted bench reports fewer than it asked for)
+        heading += f", {rounds} rounds (median, min–max)"
     from zoo.bench import show
 
     fixed = [f"{k}={show(v[0])}" for k, v in ((k, plan.bench[k]) for k in
