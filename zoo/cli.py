@@ -94,7 +94,7 @@ def _train(rest: list[str]) -> None:
 
     from hydra._internal.utils import _run_hydra, get_args_parser
 
-    from zoo.config import CONFIG_DIR, check_overrides, register_resolvers
+    from zoo.config import CONFIG_DIR, check_overrides, register_resolvers, run_id
 
     register_resolvers()
     parser = get_args_parser()
@@ -103,6 +103,7 @@ def _train(rest: list[str]) -> None:
         args.overrides = resolve_resume(args.overrides)
         check_overrides(args.overrides)
         warn_elastic_store()
+        run_id()  # the launcher's name for the run, now: a refusal is one line here, a traceback inside Hydra
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
     _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
                config_name="train")
