@@ -148,7 +148,11 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
     overrides = list(hydra_cfg.overrides.task)
     # In a search (hydra/sweeper=zoo_optuna) a failed trial is the sweeper's to record as FAIL and to report in one
     # line, and the search goes on; anywhere else the failure ends the command with its one line.
-    in_search = hydra_cfg.mode == RunMode.MULTIRUN and "zoo_optuna" in str(hydra_cfg.sweeper.get("_target_", ""))
+    searcher = "zoo_optuna" in str(hydra_cfg.sweeper.get("_target_", ""))
+    in_search = searcher and hydra_cfg.mode == RunMode.MULTIRUN
+    if searcher and not in_search:
+        print("zoo: warning: a search (hparams_search=...) runs only with -m; this is one run with the task's "
+              "own values", file=sys.stderr, flush=True)
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     resume = None

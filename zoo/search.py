@@ -116,7 +116,8 @@ def search_space(params: dict[str, str], cfg: Any) -> dict[str, Any]:
         default = config_default(cfg, key.lstrip("+"))
         if default is MISSING and not key.startswith("+"):
             raise ZooError(f"search parameter {key} is not a key of task {cfg.task.name}; check its spelling in "
-                           f"`python -m zoo train --cfg job`")
+                           "`python -m zoo train --cfg job` (each hparams_search preset goes with its own task, "
+                           "e.g. task=nlp/bert hparams_search=nlp)")
         if not o.is_sweep_override():
             raise ZooError(f"search parameter {o.input_line} is a single value; give a range to search, e.g. "
                            f"{key}=choice(...) or interval(a,b) (fixed values go on the command line)")
