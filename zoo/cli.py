@@ -303,12 +303,18 @@ def resolve_resume(overrides: list[str]) -> list[str]:
 
 def check_resume_task(cfg) -> str | None:  # noqa: ANN001
     """The checkpoint this job continues: `ckpt_path`, or its run's last.ckpt when a launcher restarted it."""
-    path = cfg.get("ckpt_path") or restart_checkpoint(Path(cfg.run_dir))
+    restart = None if cfg.get("ckpt_path") else restart_checkpoint(Path(cfg.run_dir))
+    path = cfg.get("ckpt_path") or restart
     if not path:
         return None
     from zoo.checkpoint import checkpoint_task, load_checkpoint
 
-    task = checkpoint_task(load_checkpoint(path), path)
+    saved = load_checkpoint(path)
+    task = checkpoint_task(saved, path)
+    if restart:
+        logging.getLogger("zoo").warning(
+            "%s already holds this job's run (a torchrun restart, a SLURM requeue, or the same job id again): "
+            "continuing from %s (epoch %s, step %s)", cfg.run_dir, path, saved.get("epoch"), saved.get("global_step"))
     if task != cfg.task.name:
         raise ZooError(f"checkpoint {path} is from task {task}, not {cfg.task.name}; resume it with "
                        f"task={task}, or fine-tune from it with the task's pretrained=<file> option")
@@ -327,10 +333,7 @@ def restart_checkpoint(run_dir: Path) -> Path | None:
     found = [p for p in [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")] if p.is_file()]
     if not launcher_named_run() or not found:
         return None
-    last = max(found, key=lambda p: p.stat().st_mtime)
-    logging.getLogger("zoo").warning("%s already holds this job's run (a torchrun restart, a SLURM requeue, or the "
-                                     "same job id again): continuing from %s", run_dir, last)
-    return last
+    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 # ---------------------------------------------------------------------------------------------- test/predict
