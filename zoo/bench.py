@@ -204,12 +204,12 @@ class Plan:
                         continue  # a reason about the machine does not change between rounds
                     label = combo_label(self.combos[i], self.varying)
                     tag = f"[{i + 1}/{n}]" + (f" round {r + 1}/{rounds}" if rounds > 1 else "")
-                    print(f"zoo bench: {tag} {self.task} {label} ...", flush=True)
+                    say(f"zoo bench: {tag} {self.task} {label} ...")
                     result = {**self.measure(i, self.combos[i], r), "round": r}
-                    print(f"zoo bench: {tag} {_summary({**result, 'label': label, 'unit': self.unit})}", flush=True)
+                    say(f"zoo bench: {tag} {_summary({**result, 'label': label, 'unit': self.unit})}")
                     runs[i].append(result)
         except KeyboardInterrupt:
-            print("zoo bench: interrupted; reporting the combinations measured so far", file=sys.stderr, flush=True)
+            say("zoo bench: interrupted; reporting the combinations measured so far", sys.stderr)
             self.interrupted = True
             if not runs[i] or runs[i][-1]["round"] != r:  # the combination that was running when the signal came
                 runs[i].append({"status": "interrupted", "reason": "stopped by Ctrl-C or SIGTERM", "round": r})
@@ -322,6 +322,14 @@ def _stop(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+def say(line: str, stream: Any = None) -> None:
+    """Progress lines: a closed console (`| head`, a killed pipe) must not cost the report of what was measured."""
+    try:
+        print(line, file=stream or sys.stdout, flush=True)
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def _summary(row: dict[str, Any]) -> str:

@@ -138,6 +138,7 @@ def write_tensorboard(folder: Path, rows: list[dict[str, Any]], markdown: str) -
 
 
 def report(plan: Any, rows: list[dict[str, Any]]) -> None:
+    from zoo.bench import say
     from zoo.env import collect, describe
 
     add_reference(rows)
@@ -160,6 +161,6 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
     if rows:
         write_plot(out / "bench.png", rows, plan.unit, heading)
     write_tensorboard(out / "tensorboard", rows, md)
-    print("\n" + md + "\n", flush=True)
-    print(f"zoo bench: wrote {out}/bench.{{json,csv,md{',png' if rows else ''}}} and tensorboard/ "
-          f"(tensorboard --logdir {out / 'tensorboard'})", flush=True)
+    say("\n" + md + "\n")
+    say(f"zoo bench: wrote {out}/bench.{{json,csv,md{',png' if rows else ''}}} and tensorboard/ "
+          f"(tensorboard --logdir {out / 'tensorboard'})")
