@@ -158,6 +158,10 @@ def reference_wall(cmd: list[str], timeout: float) -> dict:
     return {**json.loads(last), **t.fields()}
 
 
+def steps(v: float | None) -> str:
+    return "-" if v is None else f"{int(v):,}"
+
+
 def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
 
@@ -193,13 +197,13 @@ def report(suite: str, pairs: list[tuple[int, str, dict, dict]]) -> None:
     # SB3's script evaluates 10 deterministic episodes at the end; the plain PPO reports its last 20 episodes.
     zkey, rkey, what = ("final_eval", "final_eval", "final eval") if suite == "sb3" else \
         ("final_last20", "return_last20", "last-20 return")
-    print(f"| pair | seed | load | zoo s | {name} s | zoo/{name} wall | zoo/{name} CPU | rolling-20 >= 475 at: zoo / "
+    print(f"| pair | seed | load zoo-{name} | zoo s | {name} s | zoo/{name} wall | zoo/{name} CPU | rolling-20 >= 475 at: zoo / "
           f"{name} | {what}: zoo / {name} |")
     print("|---|---|---|---|---|---|---|---|---|")
     for i, (seed, _, zoo, ref) in enumerate(pairs):
         print(f"| {i + 1} | {seed} | {zoo['load1']:.1f}-{ref['load1']:.1f} | {zoo['wall_s']:.1f} | {ref['wall_s']:.1f} "
               f"| {zoo['wall_s'] / ref['wall_s']:.2f} | {zoo['cpu_s'] / ref['cpu_s']:.2f} | "
-              f"{zoo['steps_to_475'] or '-'} / {ref.get('steps_to_475') or '-'} | {zoo[zkey]:.1f} / {ref[rkey]:.1f} |")
+              f"{steps(zoo.get('steps_to_475'))} / {steps(ref.get('steps_to_475'))} | {zoo[zkey]:.1f} / {ref[rkey]:.1f} |")
     wall = [z["wall_s"] / r["wall_s"] for _, _, z, r in pairs]
     cpu = [z["cpu_s"] / r["cpu_s"] for _, _, z, r in pairs]
     solved = lambda key, runs: sum(r.get(key) is not None for r in runs)  # noqa: E731
@@ -218,6 +222,12 @@ def phases(overrides: list[str]) -> None:
     (cProfile's per-call overhead inflates the many small calls of a PPO update several times over.)"""
     t_start = time.perf_counter()
     sys.path.insert(0, str(ROOT))
+    from omegaconf import OmegaConf
+
+    from zoo.imports import install
+
+    # The wrappers below need Lightning before the job starts: install the task's lean imports here, as Hydra would.
+    install(OmegaConf.load(ROOT / "configs" / "task" / "rl" / "ppo.yaml").hydra.callbacks.lean_imports.absent)
     import lightning.pytorch as pl
 
     import rl.module
