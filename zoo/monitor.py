@@ -363,7 +363,8 @@ class DeviceStats(Callback):
             log.warning("zoo: device_stats: NVML unavailable (%s: %s); `pip install nvidia-ml-py`. Logging the "
                         "CPU side only", type(e).__name__, e)
             return CpuStats(self.rapl_root)
-        devices = [d.index for d in getattr(trainer.strategy, "parallel_devices", None) or [trainer.strategy.root_device]]
+        local = getattr(trainer.strategy, "parallel_devices", None) or [trainer.strategy.root_device]
+        devices = [d.index for d in local]
         return GpuStats(pynvml, [_nvml_handle(pynvml, i or 0) for i in devices])
 
     @rank_zero_only
