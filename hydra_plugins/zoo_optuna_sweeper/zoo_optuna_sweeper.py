@@ -48,9 +48,9 @@ for _name, _node in {
 }.items():
     _STORE.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="zoo")
 for _name, _node in {
-    "median": {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 1},
+    "median": {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 2},
     "percentile": {"_target_": "optuna.pruners.PercentilePruner", "percentile": 25.0, "n_startup_trials": 3,
-                   "n_warmup_steps": 1},
+                   "n_warmup_steps": 2},
     "hyperband": {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 1, "max_resource": "auto",
                   "reduction_factor": 3},
     "threshold": {"_target_": "optuna.pruners.ThresholdPruner", "lower": None, "upper": None, "n_warmup_steps": 0},
