@@ -53,7 +53,8 @@ def check_types(parsed: list, base: Any) -> None:
             if isinstance(v, str) and rule[0] == (int,) and not key.startswith("trainer."):
                 continue  # a task's integer option may also take a name (a column, "auto"); trainer's never do
             shown = str(default).lower() if isinstance(default, bool) else default
-            what = f"{key}={v!r}" if v is value else f"{key}: {v!r} in {o.input_line.partition('=')[2]}"
+            ranged = isinstance(value, (IntervalSweep, RangeSweep))
+            what = f"{key}: {v!r} in {o.input_line.partition('=')[2]}" if ranged else f"{key}={v!r}"
             raise ZooError(f"{what} is not {rule[1]} (the default is {shown}); e.g. {key}={shown}")
 
 
