@@ -91,3 +91,25 @@ def test_find_unused_parameters_switch_maps_every_ddp_spelling():
     assert ddp._ddp_kwargs["find_unused_parameters"] is True
     off = zt.trainer_kwargs({"accelerator": "cpu", "strategy": "ddp", "devices": 2})
     assert off["strategy"] == "ddp" and "find_unused_parameters" not in off
+
+
+def test_compile_switch_compiles_the_networks_in_place_not_the_lightning_steps():
+    import lightning.pytorch as pl
+    from torchmetrics.classification import MulticlassAccuracy
+
+    from zoo.trainer import prepare_module
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+            self.metrics = torch.nn.ModuleDict({"acc": MulticlassAccuracy(3)})
+            self.critic = torch.nn.Linear(4, 1)
+
+    module = Module()
+    keys = list(module.state_dict())
+    out = prepare_module(module, {"compile": True})
+    assert out is module  # a LightningModule still (Lightning would otherwise compile training_step & co.)
+    assert module.model._compiled_call_impl is not None and module.critic._compiled_call_impl is not None
+    assert module.metrics._compiled_call_impl is None
+    assert list(module.state_dict()) == keys  # no `_orig_mod.`: checkpoints load either way

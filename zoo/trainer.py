@@ -142,5 +142,25 @@ def prepare_module(module: Any, tcfg: DictConfig) -> Any:
     if tcfg.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)
     if tcfg.get("compile"):
-        module = torch.compile(module)
+        compile_networks(module)
     return module
+
+
+def compile_networks(module: torch.nn.Module) -> list[str]:
+    """Compile, in place, each network the module holds (its direct children with parameters and a forward).
+
+    Not `torch.compile(lightning_module)`: Lightning then compiles training_step/validation_step too, where
+    `self.log` and torchmetrics' Python counters recompile the graph on every step until dynamo's cache limit. In place
+    (`nn.Module.compile`), state-dict keys stay as they are (no `_orig_mod.`), so checkpoints load either way; the
+    manual-optimisation tasks (GAN, PPO), which call their networks directly, get them compiled as well.
+    """
+    from torchmetrics import Metric
+
+    compiled = []
+    for name, child in module.named_children():
+        skip = isinstance(child, (Metric, torch.nn.ModuleDict, torch.nn.ModuleList))
+        if not skip and any(True for _ in child.parameters()):
+            child.compile()
+            compiled.append(name)
+    log.info("torch.compile: %s", ", ".join(compiled) or "nothing (no networks with parameters)")
+    return compiled
