@@ -8,7 +8,6 @@ import threading
 import time
 from typing import Any
 
-import torch
 from lightning.pytorch.callbacks import Callback
 
 from zoo.ddp import describe_exit, resume_hint
