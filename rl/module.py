@@ -306,7 +306,12 @@ class PPO(LightningModule):
 
     def configure_optimizers(self) -> Any:
         require_optimizer(self)
-        opt = self.optimizer_factory(self.agent.parameters())
+        kwargs = {}
+        if getattr(self.optimizer_factory, "keywords", {}).get("fused") and "32" not in str(self.trainer.precision):
+            # A fused optimizer unscales inside its step, so Lightning's mixed precision refuses to clip its
+            # gradients ("does not allow for gradient clipping"): the per-tensor kernels under AMP.
+            kwargs["fused"] = False
+        opt = self.optimizer_factory(self.agent.parameters(), **kwargs)
         for g in opt.param_groups:
             g.setdefault("initial_lr", g["lr"])  # the annealing base, kept in the optimizer's state on resume
         if self.scheduler_factory is None:

@@ -106,12 +106,12 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
         raise ZooError(message) from None
     if trainer.interrupted:
         raise ZooError(f"training interrupted; continue it with `python -m zoo train ckpt_path={cfg.run_dir}`")
-    metrics: dict = {}
+    # the last evaluation's val/* (what a sweeper optimises), taken before trainer.test clears callback_metrics
+    metrics = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit and has_test_data(datamodule, module):
         results = trainer.test(fit_module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
         metrics.update(results[0] if results else {})
-    metrics.update({k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val/")})
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)

@@ -156,3 +156,19 @@ def test_record_episode_renders_every_nth_step() -> None:
     assert len(half) == 1 + int(r_full) // 2 and np.array_equal(half[1], full[2])
     capped, _ = record_episode(left, "CartPole-v1", seed=3, max_frames=3, every=2)
     assert len(capped) == 3
+
+
+def test_bf16_mixed_trains_with_the_fused_adam_of_the_presets() -> None:
+    """Lightning's AMP refuses to clip a fused optimizer's gradients: under bf16-mixed the module asks for the
+    per-tensor kernels instead (found by `zoo bench bench.precision=[32-true,bf16-mixed]`)."""
+    import functools
+
+    import lightning.pytorch as pl
+
+    m = module(optimizer=functools.partial(torch.optim.Adam, lr=1e-3, fused=True), max_grad_norm=0.5)
+    trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=4, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         limit_val_batches=0)
+    trainer.fit(m)
+    assert trainer.global_step >= 4
+    assert m.optimizers().optimizer.defaults["fused"] is False
