@@ -70,8 +70,8 @@ class ZooMetadata(Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         from zoo.env import collect
 
-        if not trainer.is_global_zero:
-            return  # one writer; other ranks collect lazily if they ever save
+        if not trainer.is_global_zero or self.env is not None:
+            return  # one writer, once per session (the test after fit calls setup again: same session, same env)
         self.env = collect()
         run_dir = self.meta["config"].get("run_dir") or trainer.default_root_dir
         if run_dir:
