@@ -20,6 +20,7 @@ def test_help_is_fast_and_imports_no_torch():
 def test_list_shows_tasks_presets_and_models(run_zoo):
     out = run_zoo("list", check=True).stdout
     assert "vision/resnet" in out and "vision_cifar10" in out and "debug" in out
+    assert "searches (-m hparams_search=...): gan, nlp, rl, speech, vision" in out and "zoo_slurm" in out
     out = run_zoo("list", "vision/resnet", check=True).stdout
     assert "resnet50" in out
 

@@ -391,6 +391,8 @@ def _list(rest: list[str]) -> None:
     for name in options("experiment"):
         print(f"  {name:<22} {describe('experiment', name)}")
     print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
+    print("searches (-m hparams_search=...): " + ", ".join(options("hparams_search")))
+    print("launchers (hydra/launcher=...): " + ", ".join(n for n in options("hydra/launcher")))
     print("`python -m zoo list <task>` shows a task's model names")
 
 
