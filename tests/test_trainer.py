@@ -113,3 +113,40 @@ def test_compile_switch_compiles_the_networks_in_place_not_the_lightning_steps()
     assert module.model._compiled_call_impl is not None and module.critic._compiled_call_impl is not None
     assert module.metrics._compiled_call_impl is None
     assert list(module.state_dict()) == keys  # no `_orig_mod.`: checkpoints load either way
+
+
+def test_short_epochs_still_log_and_lightnings_false_warning_and_tip_are_dropped(tmp_path, caplog, recwarn):
+    """Lightning warns that an epoch shorter than log_every_n_steps won't log; it does (global steps), so the zoo
+    drops that line, the LeafSpec deprecation and the litlogger tip, and the steps below prove the warning false."""
+    import logging
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.net(batch[0]).pow(2).mean()
+            self.log("train/loss", loss, on_step=True)
+            return loss
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4)), batch_size=4)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    cfg = compose(["trainer.accelerator=cpu", "trainer.max_epochs=4", "trainer.log_every_n_steps=5",
+                   "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", f"run_dir={tmp_path}"])
+    tb = TensorBoardLogger(str(tmp_path), name="tb", version="")
+    with caplog.at_level(logging.INFO):
+        zt.build_trainer(cfg, callbacks=[], loggers=[tb]).fit(Module())
+    shown = [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    assert not [m for m in shown if "logging interval" in m or "LeafSpec" in m or "litlogger" in m], shown
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [4, 9]  # 3-batch epochs, logged every 5 global steps

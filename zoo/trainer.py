@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import torch
@@ -108,12 +109,40 @@ def apply_global_switches(tcfg: DictConfig) -> None:
         torch.set_float32_matmul_precision(str(prec))  # "high" lets Ampere+ use TF32 for fp32 matmuls
 
 
+# Console lines Lightning prints that are wrong or beside the point for a zoo run, each dropped for a reason:
+NOISE_WARNINGS = (
+    # torch 2.14 deprecates LeafSpec and Lightning 2.6's own _pytree still builds one: nothing the user can change
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+    # false for zoo runs: Lightning logs every log_every_n_steps *global* steps, so epochs shorter than the interval
+    # still log (tests/test_trainer.py checks the TensorBoard steps)
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+)
+NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class DropTips(logging.Filter):
+    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip")
+
+
+def quiet_framework_noise() -> None:
+    for pattern in NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in NOISE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropTips) for f in logger.filters):
+            logger.addFilter(DropTips())
+
+
 def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list | None = None) -> Any:
     """cfg.trainer + ready callbacks/loggers -> lightning.Trainer (with atomic checkpoint IO)."""
     import lightning.pytorch as pl
 
     from zoo.checkpoint import AtomicCheckpointIO
 
+    quiet_framework_noise()
     kwargs = trainer_kwargs(cfg.trainer)
     if kwargs.get("enable_progress_bar") is False:
         from lightning.pytorch.callbacks import ProgressBar
