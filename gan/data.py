@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from zoo.errors import ZooError
-from zoo.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,8 @@ class GANDataModule(L.LightningDataModule):
         channels = 1 if set(modes) <= GRAY_MODES else 3
         target = f"{'L' if channels == 1 else 'RGB'} {self.image_size}x{self.image_size}"
         if len(sizes) > 1 or len(modes) > 1 or set(sizes) != {(self.image_size, self.image_size)}:
-            seen = lambda c: ", ".join(f"{k if isinstance(k, str) else '%dx%d' % k} ({n})" for k, n in c.most_common(4))  # noqa: E731
+            seen = lambda c: ", ".join(  # noqa: E731
+                f"{k if isinstance(k, str) else f'{k[0]}x{k[1]}'} ({n})" for k, n in c.most_common(4))
             log.warning("image folder %s: %d images with sizes %s and modes %s; converting all to %s "
                         "(resize shorter side + centre crop)", self.root, len(self._files), seen(sizes), seen(modes),
                         target)

@@ -1,4 +1,4 @@
-"""Export and serving hooks for gan/dcgan (called by zoo/export.py and zoo/serve.py; see their docstrings).
+"""Export and serving hooks for gan/dcgan (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: the sampling generator (the EMA copy when ema_decay > 0), in eval mode: latent z (B, nz) float32
 (+ labels (B,) int64 for conditional models) -> images (B, C, H, W) in [-1, 1].
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.export import Examples, Graph, compare
+from zoo.kit.deploy import Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"
@@ -85,7 +85,7 @@ class Handler:
         self.nz, self.conditional, self.names = int(meta["nz"]), bool(meta["conditional"]), meta["class_names"]
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
-        from zoo.serve import BadRequest, json_body
+        from zoo.kit.deploy import BadRequest, json_body
 
         req = json_body(body)
         count, seed = req.get("count", 1), req.get("seed", 0)

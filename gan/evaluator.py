@@ -3,7 +3,7 @@ class coverage) and `Judge`, the plain object the GAN module measures itself wit
 
 Evaluator networks, in order of preference:
 1. a classifier checkpoint trained on the same data (e.g. from `task=vision/resnet`), read through
-   zoo.checkpoint.load_checkpoint: a timm model created by the name in hparams["arch"], weights under state_dict
+   zoo.core.checkpoint.load_checkpoint: a timm model created by the name in hparams["arch"], weights under state_dict
    keys "model.*" (the full contract: docs/architecture.md, "The GAN evaluator's contract with vision checkpoints");
 2. otherwise, for labelled data, a small CNN trained here on the GAN's own train split, cached on disk;
 3. for unlabelled data without a checkpoint, the same CNN with fixed random weights (random-feature FD: a weaker
@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from gan.frechet import ClassCounts, FrechetDistance
-from zoo.checkpoint import load_checkpoint
+from zoo.core.checkpoint import load_checkpoint
 from zoo.errors import ZooError
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def load_classifier_checkpoint(path: str, channels: int, num_classes: int,
     """A zoo vision checkpoint as an evaluator; ZooError when it cannot judge this data.
 
     The contract with `task=vision/*` checkpoints (docs/architecture.md, "The GAN evaluator's contract"): the file
-    is read by zoo.checkpoint.load_checkpoint; the network is `timm.create_model(hparams["arch"])` with the weights
+    is read by zoo.core.checkpoint.load_checkpoint; the network is `timm.create_model(hparams["arch"])` with the weights
     under state_dict "model.*"; classes from the head's weight rows (else hparams["num_classes"]), input channels
     from hparams["in_chans"] (else the stem conv), and hparams "class_names", "mean", "std", "image_size" (else the
     same keys of checkpoint["zoo"]["config"]["task"]["data"]).

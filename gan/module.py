@@ -20,15 +20,15 @@ import torch
 from gan import losses
 from gan.evaluator import Judge, build_judge
 from gan.models import SIZES, build, list_models
-from zoo import tb
 from zoo.errors import ZooError
-from zoo.optim import require_optimizer
+from zoo.kit import tb
+from zoo.kit.optim import require_optimizer
 
 
 class DCGAN(L.LightningModule):
     def __init__(
         self,
-        arch: str = "dcgan",
+        arch: str = "dcgan_small",
         nz: int = 100,
         width: int | None = None,
         loss: str = "nonsat",
@@ -187,14 +187,6 @@ class DCGAN(L.LightningModule):
         # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
         if stage in ("fit", "validate", "test") and self.judge is None:
             self.judge = build_judge(self.hparams, self.trainer.datamodule)
-
-    def on_fit_start(self) -> None:
-        if self.pretrained_report is not None:
-            tb.log_text(self, "model/pretrained", self.pretrained_report["line"], step=0)
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self.pretrained_report is not None:
-            checkpoint["pretrained_report"] = self.pretrained_report
 
     def on_validation_epoch_start(self) -> None:
         self.judge.start("val", self.device)

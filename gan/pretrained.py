@@ -1,7 +1,7 @@
 """`task.module.pretrained=` for GANs: start G, its EMA and D from an earlier gan/dcgan run (e.g. digits -> your
 ImageFolder), or from a weights file.
 
-What carries over, by name and shape (zoo.checkpoint.match_weights):
+What carries over, by name and shape (zoo.kit.pretrained.match_weights):
 - same image size and width: everything but what the data changes (below);
 - grey <-> RGB: D's first conv and G's last conv are converted (grey weights repeated over RGB, or RGB averaged);
 - another image size (32 <-> 64): DCGAN stages double the resolution, so G is aligned from its output end (its
@@ -18,22 +18,11 @@ from typing import Any
 
 import torch
 
-from zoo.checkpoint import announce_report, match_weights, read_pretrained
-from zoo.errors import ZooError
+from zoo.kit.pretrained import announce_report, match_weights, read_pretrained, weights_path
 
 TASK = "gan/dcgan"
 NETS = ("generator.", "generator_ema.", "discriminator.")
 log = logging.getLogger(__name__)
-
-
-def check_value(value: Any) -> str | None:
-    """The checkpoint/weights path, or None for no pretraining; gan/dcgan has no hub weights to fetch."""
-    if value in (None, False) or str(value).lower() in ("false", "none", "null", ""):
-        return None
-    if value is True or str(value).lower() in ("true", "auto"):
-        raise ZooError(f"task.module.pretrained={value}: gan/dcgan has no hub weights; give a path to a gan/dcgan "
-                       "checkpoint (outputs/gan/dcgan/<run>/checkpoints/last.ckpt) or false")
-    return str(value)
 
 
 def _shift_generator(weights: dict, offset: int) -> dict:
@@ -70,7 +59,7 @@ def _convert_channels(own: dict, weights: dict) -> list[str]:
 
 def load_pretrained(module: Any, value: Any) -> dict | None:
     """Load `value` into G, G's EMA and D; the report by name (also what the checkpoint records), or None."""
-    path = check_value(value)
+    path = weights_path(value, TASK)
     if path is None:
         return None
     weights, ckpt = read_pretrained(path, TASK)

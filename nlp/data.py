@@ -104,7 +104,8 @@ class TextDataModule(pl.LightningDataModule):
     def _load_rows(self) -> None:
         if self.dataset == "builtin":
             n = int(self.builtin_size)
-            self.rows = {"train": builtin.generate("train", n, self.seed), "val": builtin.generate("val", n // 4, self.seed),
+            self.rows = {"train": builtin.generate("train", n, self.seed),
+                         "val": builtin.generate("val", n // 4, self.seed),
                          "test": builtin.generate("test", n // 4, self.seed)}
             self.label_names = self.label_names or list(builtin.LABELS)
         elif self.dataset.startswith("glue/"):
@@ -227,5 +228,6 @@ class TextDataModule(pl.LightningDataModule):
                            "use data of the same kind as the checkpoint")
         if list(hp.get("label_names") or []) != list(self.label_names or []):
             raise ZooError(f"the checkpoint's labels {hp.get('label_names')} differ from the data's "
-                           f"{self.label_names}; use data with the same label set (or set task.data.label_names=[...] "
-                           "in the checkpoint's order), or fine-tune a new run from it with task.module.pretrained=<this .ckpt>")
+                           f"{self.label_names}; use data with the same label set (or set "
+                           "task.data.label_names=[...] in the checkpoint's order), or fine-tune a new run from it "
+                           "with task.module.pretrained=<this .ckpt>")

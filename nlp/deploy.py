@@ -1,4 +1,4 @@
-"""Export and serving hooks for nlp/bert (called by zoo/export.py and zoo/serve.py; see their docstrings).
+"""Export and serving hooks for nlp/bert (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: input_ids, attention_mask (and token_type_ids when the tokenizer makes them), all (B, T) int64 with
 dynamic batch and sequence length -> logits (B, num_labels) (scores (B,) for regression). The tokenizer's files are
@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.export import Examples, Graph, compare
+from zoo.kit.deploy import Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
+# `zoo export export.format=hf`: the Hugging Face folder (from_pretrained-loadable), written by the task itself
+NATIVE = {"hf": lambda module, out: _save_hf(module, out)}
 # The TorchScript-based exporter bakes the traced attention-mask shape into the graph (logits off by ~2e-2 on other
 # lengths, measured); the dynamo exporter keeps it symbolic (4e-9).
 EXPORTER = "dynamo"
@@ -53,7 +55,7 @@ def export_graph(module: Any) -> Graph:
 
 def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     """Up to n validation texts, tokenised and padded per batch exactly as evaluation does."""
-    from zoo.run import build_checked_data
+    from zoo.core.build import build_checked_data
 
     data = build_checked_data(cfg, module)
     data.tokenizer = module.tokenizer
@@ -85,7 +87,7 @@ def metadata(module: Any, cfg: Any) -> dict:
 
 
 def extra_files(module: Any) -> dict[str, bytes]:
-    from nlp.export import tokenizer_to_files
+    from nlp.hf_folder import tokenizer_to_files
 
     files = tokenizer_to_files(module.tokenizer)
     return {f"tokenizer/{k}": base64.b64decode(v[4:]) if v.startswith("b64:") else v.encode("utf-8")
@@ -126,7 +128,7 @@ class Handler:
         self.labels, self.task_type = meta["label_names"], meta["task_type"]
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
-        from zoo.serve import BadRequest, json_body
+        from zoo.kit.deploy import BadRequest, json_body
 
         req = json_body(body)
         texts = req.get("texts", [req["text"]] if "text" in req else None)
@@ -151,3 +153,9 @@ class Handler:
             rows.append({"label": self.labels[int(p.argmax())],
                          "probs": {n: round(float(q), 4) for n, q in zip(self.labels, p)}})
         return {"predictions": rows}
+
+
+def _save_hf(module: Any, out: Any) -> Any:
+    from nlp.hf_folder import export_hf
+
+    return export_hf(module, out)

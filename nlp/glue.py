@@ -44,7 +44,7 @@ def spec(name: str) -> GlueTask:
 def load(name: str) -> dict[str, list[dict]]:
     """{"train": rows, "val": rows} with rows {"text", "text_pair", "label"} (label: str name, or float for STS-B)."""
     task = spec(name)
-    from zoo.hub import hub_online
+    from zoo.kit.hub import hub_online
 
     online = hub_online()
     try:

@@ -17,20 +17,20 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig
 
-from nlp.export import HFExport, tokenizer_from_files, tokenizer_to_files
+from nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
 from nlp.metrics import make_metrics
 from nlp.models import load_classifier, load_config, load_tokenizer, param_groups
-from zoo import tb
-from zoo.config import plain
+from zoo.base import plain
 from zoo.errors import ZooError
-from zoo.optim import configure
+from zoo.kit import tb
+from zoo.kit.optim import configure
 
 log = logging.getLogger(__name__)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class SequenceClassifier(pl.LightningModule):
-    def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool | str = True,
+    def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool | str = "auto",
                  label_names: list[str] | None = None, task_type: str = "classification",
                  metrics: list[str] | None = None, weight_decay: float = 0.01, layer_decay: float = 1.0,
                  classifier_dropout: float | None = None, worst_k: int = 10, export_hf: bool = True,
@@ -212,13 +212,7 @@ class SequenceClassifier(pl.LightningModule):
             raise ZooError(f"task.monitor={monitor} is not logged by this task; use one of {sorted(logged)} "
                            "(e.g. task.monitor=val/pearson task.mode=max for regression)")
 
-    def on_fit_start(self) -> None:
-        if self.pretrained_report is not None:
-            tb.log_text(self, "model/pretrained", self.pretrained_report["line"], step=0)
-
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self.pretrained_report is not None:
-            checkpoint["pretrained_report"] = self.pretrained_report
         if self.tokenizer is not None:
             checkpoint["nlp_tokenizer"] = tokenizer_to_files(self.tokenizer)
 

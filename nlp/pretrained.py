@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from zoo.checkpoint import WEIGHT_SUFFIXES, announce_report, match_weights, read_pretrained
 from zoo.errors import ZooError
+from zoo.kit.pretrained import WEIGHT_SUFFIXES, announce_report, match_weights, read_pretrained
 
 TASK = "nlp/bert"
 OPTION = "task.module.pretrained"

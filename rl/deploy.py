@@ -1,10 +1,10 @@
-"""Export and serving hooks for rl/ppo (called by zoo/export.py and zoo/serve.py; see their docstrings).
+"""Export and serving hooks for rl/ppo (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: raw observations (B, *obs_shape), exactly as the gymnasium env (with the zoo's wrappers) returns
 them -> the deterministic action (argmax for Discrete, the clipped mean for Box) and the policy's logits / mean.
 The observation normalisation (running mean/std, clip) is folded into the graph, so a plain ONNX Runtime loop
-plays the env: `action = session.run(["action"], {"obs": obs[None]})[0][0]` (scripts/play_onnx.py-style; see
-docs/deploy.md and tests/deploy/test_export.py).
+plays the env: `action = session.run(["action"], {"obs": obs[None]})[0][0]` (the loop of
+`scripts/evidence/bench_deploy.py play`; see docs/deploy.md and tests/deploy/test_export.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.export import Examples, Graph, compare
+from zoo.kit.deploy import Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"
@@ -119,7 +119,7 @@ class Handler:
         self.discrete = meta["env"]["action_space"]["type"] == "discrete"
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
-        from zoo.serve import BadRequest, json_body
+        from zoo.kit.deploy import BadRequest, json_body
 
         req = json_body(body)
         obs = req.get("observations", [req["observation"]] if "observation" in req else None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+
 import gymnasium as gym
 import numpy as np
 

@@ -24,9 +24,9 @@ from rl.envs import describe_env
 from rl.evaluate import record_episode, run_episodes
 from rl.models import build_agent
 from rl.rollout import Batch, Collector
-from zoo import tb
 from zoo.errors import ZooError
-from zoo.optim import require_optimizer
+from zoo.kit import tb
+from zoo.kit.optim import require_optimizer
 
 # Ticks has a length on purpose (Lightning sizes the epoch from it); it is never split across loader workers.
 warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__` defined")
@@ -50,13 +50,13 @@ class Ticks(IterableDataset):
 
 
 class PPO(LightningModule):
-    def __init__(self, env: dict | None = None, arch: str = "mlp", hidden_sizes: list[int] | None = None,
+    def __init__(self, env: dict | None = None, arch: str = "mlp", hidden_sizes: tuple[int, ...] | list[int] = (64, 64),
                  activation: str = "tanh", total_timesteps: int = 100_000, num_steps: int = 128,
                  num_minibatches: int = 4, update_epochs: int = 4, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip_coef: float = 0.2, clip_vloss: bool = True, ent_coef: float = 0.01, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None, norm_adv: bool = True,
-                 anneal_lr: bool = True, bootstrap_truncated: bool = True, eval_every: int = 10,
-                 eval_episodes: int = 10, video: bool = False, rollout_on_cpu: bool = True,
+                 anneal_lr: bool = True, bootstrap_truncated: bool = True, eval_every: int = 20,
+                 eval_episodes: int = 10, video: bool = True, rollout_on_cpu: bool = True,
                  torch_threads: int | None = 1, pretrained: str | bool | None = None, seed: int = 0,
                  optimizer: Any = None, scheduler: Any = None) -> None:
         super().__init__()
@@ -277,7 +277,9 @@ class PPO(LightningModule):
 
         flat = torch.cat([p.detach().reshape(-1) for p in self.agent.parameters()]).double()
         reduce = self.trainer.strategy.reduce
-        spread = float((reduce(flat.clone(), reduce_op=ReduceOp.MAX) - reduce(flat.clone(), reduce_op=ReduceOp.MIN)).max())
+        highest = reduce(flat.clone(), reduce_op=ReduceOp.MAX)
+        lowest = reduce(flat.clone(), reduce_op=ReduceOp.MIN)
+        spread = float((highest - lowest).max())
         if spread > 1e-5:
             raise RuntimeError(f"DDP ranks diverged (max weight difference {spread:.3g})")
 
@@ -288,8 +290,6 @@ class PPO(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rl"] = {"update": self.update, "env_id": self.env_cfg["id"], "spec": self.spec,
                             "normalization": self.collector.state_dict(), "torch_rng": torch.get_rng_state()}
-        if self.pretrained_report is not None:
-            checkpoint["pretrained_report"] = self.pretrained_report
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rl")
@@ -316,8 +316,8 @@ class PPO(LightningModule):
             g.setdefault("initial_lr", g["lr"])  # the annealing base, kept in the optimizer's state on resume
         if self.scheduler_factory is None:
             return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt, total_steps=self.num_updates),
-                                                   "interval": "step"}}
+        scheduler = self.scheduler_factory(opt, total_steps=self.num_updates)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def freeze_imports() -> None:

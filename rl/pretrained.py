@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from zoo.checkpoint import announce_report, match_weights, read_pretrained
 from zoo.errors import ZooError
+from zoo.kit.pretrained import announce_report, match_weights, read_pretrained, weights_path
 
 TASK = "rl/ppo"
 log = logging.getLogger(__name__)
@@ -31,19 +31,9 @@ def _spaces(spec: dict) -> str:
     return f"obs {tuple(spec['obs_shape'])}, action {act}"
 
 
-def check_value(value: Any) -> str | None:
-    """The checkpoint/weights path, or None for no pretraining; PPO has no hub weights to fetch."""
-    if value in (None, False) or str(value).lower() in ("false", "none", "null", ""):
-        return None
-    if value is True or str(value).lower() in ("true", "auto"):
-        raise ZooError(f"task.module.pretrained={value}: rl/ppo has no hub weights; give a path to an rl/ppo "
-                       "checkpoint (outputs/rl/ppo/<run>/checkpoints/last.ckpt) or false")
-    return str(value)
-
-
 def load_pretrained(module: Any, value: Any) -> dict | None:
     """Load `value` into module.agent (and the normalisation statistics); the report by name, or None."""
-    path = check_value(value)
+    path = weights_path(value, TASK)
     if path is None:
         return None
     weights, ckpt = read_pretrained(path, TASK)

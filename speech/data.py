@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
-from zoo.checkpoint import load_checkpoint
+from zoo.core.checkpoint import load_checkpoint
 from zoo.errors import ZooError
 
 from .audio import load_audio, resampler
@@ -58,7 +58,8 @@ class SpeechDataset(Dataset):
 
 class Collate:
     """Pads waves to (B, T) and encodes targets to (B, L); characters outside the vocabulary (only possible in
-    val/test, the vocabulary comes from train) are dropped from the loss targets, but the raw text is kept for CER/WER."""
+    val/test, the vocabulary comes from train) are dropped from the loss targets, but the raw text is kept for
+    CER/WER."""
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab

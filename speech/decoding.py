@@ -14,7 +14,8 @@ SIL = "|"  # flashlight's word separator; our vocabulary writes it as " "
 
 
 def greedy_ids(emissions: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    """emissions (B, T, V) scores, lengths (B,) -> best-path ids per utterance, repeats merged then blanks (0) dropped."""
+    """emissions (B, T, V) scores, lengths (B,) -> best-path ids per utterance, repeats merged then blanks (0)
+    dropped."""
     best = emissions.argmax(-1).cpu()  # (B, T)
     out = []
     for row, n in zip(best, lengths.cpu().tolist()):

@@ -1,4 +1,4 @@
-"""Export and serving hooks for speech/ctc (called by zoo/export.py and zoo/serve.py; see their docstrings).
+"""Export and serving hooks for speech/ctc (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: log-Mel features (B, n_mels, F) float32 + frame counts (B,) int64 -> CTC log-probs (B, T', V) +
 output lengths (B,). The waveform front end stays outside the graph: torch.stft does not export with either ONNX
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.export import Examples, Graph, compare
+from zoo.kit.deploy import Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript")
 WHY_NOT = {"exported_program": "torch.export cannot trace the packed LSTM"}
@@ -42,7 +42,7 @@ def export_graph(module: Any) -> Graph:
 
 def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     """Up to n validation utterances, through the checkpoint's own front end."""
-    from zoo.run import build_checked_data
+    from zoo.core.build import build_checked_data
 
     data = build_checked_data(cfg, module)
     data.prepare_data()
@@ -127,7 +127,7 @@ class Handler:
 
         import soundfile as sf
 
-        from zoo.serve import BadRequest
+        from zoo.kit.deploy import BadRequest
 
         try:
             wave, rate = sf.read(io.BytesIO(body), dtype="float32", always_2d=True)

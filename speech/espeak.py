@@ -23,7 +23,7 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctype
 class ESpeak:
     """One process-wide synthesiser (libespeak-ng keeps global state, so calls are serialised by a lock)."""
 
-    _instance: "ESpeak | None" = None
+    _instance: ESpeak | None = None
     _lock = threading.Lock()
 
     def __init__(self) -> None:
@@ -41,7 +41,7 @@ class ESpeak:
         self._lib.espeak_SetSynthCallback(self._cb)
 
     @classmethod
-    def get(cls) -> "ESpeak":
+    def get(cls) -> ESpeak:
         with cls._lock:
             if cls._instance is None:
                 cls._instance = cls()
@@ -52,7 +52,8 @@ class ESpeak:
             self._chunks.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
         return 0
 
-    def synth(self, text: str, voice: str = "en-us", rate: int = 170, pitch: int = 50, pitch_range: int = 50) -> np.ndarray:
+    def synth(self, text: str, voice: str = "en-us", rate: int = 170, pitch: int = 50,
+              pitch_range: int = 50) -> np.ndarray:
         """float32 waveform in [-1, 1] at `self.sample_rate`. voice: 'language' or 'language+variant' (en-us+m3)."""
         with self._lock:
             if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 class CTCRecognizer(L.LightningModule):
-    def __init__(self, vocab: list[str], arch: str = "bilstm", sample_rate: int = 16000, n_mels: int = 40,
+    def __init__(self, vocab: list[str], arch: str = "bilstm_small", sample_rate: int = 16000, n_mels: int = 40,
                  model: dict | None = None, specaugment: dict | None = None, decoder: dict | None = None,
                  max_seconds: float = 60.0, pretrained: str | bool | None = None, init_from: str | None = None,
                  num_val_examples: int = 4, optimizer: Any = None, scheduler: Any = None) -> None:
@@ -39,9 +39,9 @@ class CTCRecognizer(L.LightningModule):
         self.metrics = torch.nn.ModuleDict({f"{s}_{m}": (CharErrorRate() if m == "cer" else WordErrorRate())
                                             for s in ("val", "test") for m in ("cer", "wer")})
         self._examples: list[dict] = []
-        # task.module.pretrained: a speech/ctc checkpoint (any vocabulary) or weights file (speech/finetune.py). The
+        # task.module.pretrained: a speech/ctc checkpoint (any vocabulary) or weights file (speech/pretrained.py). The
         # zoo saves it as False in every checkpoint, so load_from_checkpoint never reads the source again.
-        from .finetune import load_pretrained
+        from .pretrained import load_pretrained
 
         self.pretrained_report = load_pretrained(self, pretrained)
 
@@ -117,27 +117,17 @@ class CTCRecognizer(L.LightningModule):
             log_examples(self, self._examples)
         self._examples = []
 
-    def on_fit_start(self) -> None:
-        if self.pretrained_report is not None:
-            from zoo import tb
-
-            tb.log_text(self, "model/pretrained", self.pretrained_report["line"], step=0)
-
     def setup(self, stage: str) -> None:
         # init_from: the deprecated spelling of pretrained. Old checkpoints keep it in their hparams, so it is read at
         # fit only (never by load_from_checkpoint); setup runs before a resumed checkpoint is restored, which wins.
         if stage == "fit" and self.hparams.init_from and self.pretrained_report is None:
-            from .finetune import load_init_weights
+            from .pretrained import load_init_weights
 
             log.warning("task.module.init_from is deprecated: use task.module.pretrained=%s", self.hparams.init_from)
             self.pretrained_report = load_init_weights(self, self.hparams.init_from)
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        if self.pretrained_report is not None:
-            checkpoint["pretrained_report"] = self.pretrained_report
-
     def configure_optimizers(self):
-        from zoo.optim import configure, param_groups
+        from zoo.kit.optim import configure, param_groups
 
         wd = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0) if self.optimizer_factory else 0.0
         return configure(self, param_groups(self, weight_decay=wd))  # the module: norm layers found by type

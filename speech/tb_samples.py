@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo import tb
+from zoo.kit import tb
 
 
 def log_examples(module, examples: list[dict]) -> None:

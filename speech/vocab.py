@@ -28,14 +28,14 @@ class Vocab:
         self.index = {t: i for i, t in enumerate(self.tokens)}
 
     @classmethod
-    def build(cls, transcripts: Iterable[str]) -> "Vocab":
+    def build(cls, transcripts: Iterable[str]) -> Vocab:
         chars = set()
         for t in transcripts:
             chars.update(normalize_text(t))
         chars.add(" ")
         return cls([BLANK] + sorted(chars))
 
-    def extend(self, transcripts: Iterable[str]) -> "Vocab":
+    def extend(self, transcripts: Iterable[str]) -> Vocab:
         """Old tokens keep their indices (so a checkpoint's output rows still line up); new characters are appended."""
         new = sorted(set(Vocab.build(transcripts).tokens[1:]) - set(self.tokens))
         return Vocab(self.tokens + new)

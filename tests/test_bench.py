@@ -37,7 +37,7 @@ def hand_flops(batch: int, sizes: list[int]) -> int:
 
 
 def test_flops_of_a_linear_stack_are_counted_exactly():
-    from zoo.peaks import count_flops
+    from zoo.measure.flops import count_flops
 
     sizes, batch = [32, 64, 48, 16], 8
     model = LinearStack(sizes)
@@ -46,10 +46,11 @@ def test_flops_of_a_linear_stack_are_counted_exactly():
 
 
 def test_bench_callback_reports_exact_flops_and_mfu_against_a_given_peak(tmp_path):
-    """The bench's own measuring callback, in a real Lightning fit: FLOPs per step and MFU = FLOPs / step time / peak."""
+    """The bench's own measuring callback, in a real Lightning fit: FLOPs per step and
+    MFU = FLOPs / step time / peak."""
     import lightning.pytorch as pl
 
-    from zoo.bench_worker import BenchCallback
+    from zoo.verbs.bench.worker import BenchCallback
 
     sizes, batch, peak = [32, 64, 48, 16], 8, 1e9
 
@@ -81,7 +82,8 @@ def test_bench_callback_reports_exact_flops_and_mfu_against_a_given_peak(tmp_pat
 
 
 def test_peak_table_and_cpu_estimate(tmp_path):
-    from zoo.peaks import cpu_flops_per_cycle, cpu_peak, gpu_peak, math_kind, mfu
+    from zoo.measure.flops import mfu
+    from zoo.measure.peaks import cpu_flops_per_cycle, cpu_peak, gpu_peak, math_kind
 
     assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.4e12)
     assert gpu_peak("NVIDIA H100 PCIe", "tf32") == pytest.approx(378e12)
@@ -108,7 +110,7 @@ def test_peak_table_and_cpu_estimate(tmp_path):
 def test_percentiles_match_numpy():
     import numpy as np
 
-    from zoo.bench_worker import percentile
+    from zoo.verbs.bench.worker import percentile
 
     xs = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
     for q in (0, 50, 90, 100):
@@ -126,7 +128,7 @@ def test_percentiles_match_numpy():
     ("bench.peak_tflops=abc", "bench.peak_tflops='abc' must be a positive number"),
 ])
 def test_bad_bench_keys_and_values_are_one_line(arg, expected):
-    from zoo.bench import parse_args
+    from zoo.verbs.bench.plan import parse_args
 
     with pytest.raises(ZooError) as err:
         parse_args(["task=vision/resnet", arg])
@@ -134,7 +136,7 @@ def test_bad_bench_keys_and_values_are_one_line(arg, expected):
 
 
 def test_lists_and_sweeps_parse_to_axes_and_train_overrides_pass_through():
-    from zoo.bench import parse_args
+    from zoo.verbs.bench.plan import parse_args
 
     bench, rest = parse_args(["task=rl/ppo", "bench.precision=[32-true,bf16-mixed]", "bench.compile=false,true",
                               "bench.batch_size=8", "trainer.max_epochs=3"])
@@ -143,7 +145,7 @@ def test_lists_and_sweeps_parse_to_axes_and_train_overrides_pass_through():
 
 
 def test_what_the_machine_cannot_run_is_a_reason():
-    from zoo.bench import skip_reason
+    from zoo.verbs.bench.plan import skip_reason
 
     combo = {"precision": "32-true", "compile": False, "channels_last": None, "batch_size": None, "devices": 1}
     assert skip_reason(combo, cuda=False) is None
@@ -169,7 +171,8 @@ def _speech_corpus(tmp_path: Path) -> list[str]:
         sf.write(tmp_path / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
         rows.append({"audio_filepath": f"{i}.wav", "duration": len(t) / 8000, "text": ["one", "two"][i % 2]})
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return [f"task.data.train_manifest={tmp_path / 'train.jsonl'}", f"task.data.val_manifest={tmp_path / 'train.jsonl'}"]
+    manifest = tmp_path / "train.jsonl"
+    return [f"task.data.train_manifest={manifest}", f"task.data.val_manifest={manifest}"]
 
 
 TASKS = {  # tiny settings per task, then its two combinations
@@ -213,8 +216,8 @@ def test_bench_runs_two_combinations_of_every_task(run_zoo, tmp_path, domain):
 
 
 def test_rounds_give_the_median_row_and_the_median_of_per_round_speedups():
-    from zoo.bench import aggregate
-    from zoo.bench_report import add_reference
+    from zoo.verbs.bench.plan import aggregate
+    from zoo.verbs.bench.report import add_reference
 
     def run(r: int, ups: float) -> dict:
         return {"status": "ok", "round": r, "units_per_s": ups, "loss": 1.0, "step_ms_mean": 1000 / ups}

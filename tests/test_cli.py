@@ -74,7 +74,8 @@ def test_corrupt_checkpoint(run_zoo, tmp_path):
     torch.save({"state_dict": {"w": torch.zeros(1000)}}, good)
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(good.read_bytes()[:-200])  # the zip directory at the end is gone
-    assert "cut.ckpt is not a zoo checkpoint (not a PyTorch file" in _one_line_error(run_zoo("test", f"ckpt_path={cut}"))
+    line = _one_line_error(run_zoo("test", f"ckpt_path={cut}"))
+    assert "cut.ckpt is not a zoo checkpoint (not a PyTorch file" in line
     garbled = bytearray(good.read_bytes())
     garbled[200:260] = b"\xff" * 60  # inside the pickled record, the archive itself intact
     (tmp_path / "garbled.ckpt").write_bytes(bytes(garbled))

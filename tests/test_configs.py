@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.config import instantiate, options
+from zoo.base import instantiate
+from zoo.core.config import options
 from zoo.testing import compose
 
 
@@ -46,7 +47,7 @@ def _instantiate(cfg):
 
 @pytest.mark.parametrize("name", options("trainer"))
 def test_trainer_presets_compose(name):
-    from zoo.trainer import trainer_kwargs
+    from zoo.core.trainer import trainer_kwargs
 
     kwargs = trainer_kwargs(compose([f"trainer={name}"]).trainer)
     assert "precision" in kwargs

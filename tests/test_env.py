@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo import env
+from zoo.measure import env
 
 
 def test_collect_is_json_and_names_the_real_environment() -> None:

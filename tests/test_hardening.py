@@ -39,7 +39,7 @@ def _one_line_error(proc) -> str:
     ("trainer.max_epochs=3,x", "trainer.max_epochs='x' is not an integer"),  # every sweep value is checked
 ])
 def test_wrong_values_fail_before_any_work(override, expected):
-    from zoo.config import check_overrides, register_resolvers
+    from zoo.core.config import check_overrides, register_resolvers
 
     register_resolvers()
     with pytest.raises(ZooError, match=None) as err:
@@ -48,7 +48,7 @@ def test_wrong_values_fail_before_any_work(override, expected):
 
 
 def test_right_values_pass():
-    from zoo.config import check_overrides, register_resolvers
+    from zoo.core.config import check_overrides, register_resolvers
 
     register_resolvers()
     check_overrides(["trainer.max_epochs=3", "task.module.optimizer.lr=3e-4", "trainer.devices=2",
@@ -65,7 +65,7 @@ def test_a_wrong_value_is_one_line_on_the_console(run_zoo):
 
 
 def test_predict_rejects_a_sweep_with_the_quoting():
-    from zoo.config import check_overrides, register_resolvers
+    from zoo.core.config import check_overrides, register_resolvers
 
     register_resolvers()
     with pytest.raises(ZooError) as err:
@@ -120,8 +120,8 @@ def test_a_checkpoint_that_does_not_fit_its_task_is_one_line(run_zoo, tmp_path):
 
 # ----------------------------------------------------------------------------------------- one writer
 def test_only_global_rank_zero_writes_the_run_config(monkeypatch, tmp_path):
-    from zoo import run
     from zoo.testing import compose
+    from zoo.verbs import train as run
 
     cfg = compose(["trainer=debug"])
     cfg.run_dir = str(tmp_path / "run")

@@ -8,7 +8,7 @@ import threading
 import huggingface_hub.constants as constants
 import pytest
 
-from zoo import hub
+from zoo.kit import hub
 
 
 @pytest.fixture(autouse=True)

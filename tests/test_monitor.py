@@ -13,8 +13,8 @@ import torch
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader
 
-from zoo import monitor
-from zoo.checkpoint import ZooMetadata, load_checkpoint, write_env
+from zoo.core.checkpoint import ZooMetadata, load_checkpoint, write_env
+from zoo.measure import device_stats, energy, throughput
 
 B, DIMS = 8, (8, 16, 4)
 
@@ -75,16 +75,16 @@ def tensors(n: int = 8) -> list:
 
 
 def test_default_counts() -> None:
-    assert monitor.batch_size((torch.zeros(5, 3), torch.zeros(5))) == 5
-    assert monitor.batch_size({"wave": torch.zeros(7, 100), "lengths": torch.zeros(7)}) == 7
-    assert monitor.batch_size(3) == 1  # an RL update index
+    assert throughput.batch_size((torch.zeros(5, 3), torch.zeros(5))) == 5
+    assert throughput.batch_size({"wave": torch.zeros(7, 100), "lengths": torch.zeros(7)}) == 7
+    assert throughput.batch_size(3) == 1  # an RL update index
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    assert int(monitor.real_tokens({"input_ids": mask, "attention_mask": mask})) == 3
-    assert monitor.real_tokens((mask,)) is None
+    assert int(throughput.real_tokens({"input_ids": mask, "attention_mask": mask})) == 3
+    assert throughput.real_tokens((mask,)) is None
 
 
 def test_throughput_flops_mfu_and_keys_exact() -> None:
-    tp = monitor.Throughput(peak_flops=1e9)
+    tp = throughput.Throughput(peak_flops=1e9)
     rec = fit(Mlp(), tensors(), [tp])
     assert tp.flops_per_batch == hand_flops(B)
     sps, fps, mfu = rec.values("train/samples_per_sec"), rec.values("train/flops_per_sec"), rec.values("train/mfu")
@@ -101,7 +101,7 @@ def test_real_tokens_per_sec() -> None:
     mask = torch.zeros(B, 10, dtype=torch.long)
     mask[:, :3] = 1  # 3 real tokens per sample, 7 padding
     data = [{"x": torch.randn(B, DIMS[0]), "attention_mask": mask} for _ in range(8)]
-    rec = fit(Mlp(), data, [monitor.Throughput()])
+    rec = fit(Mlp(), data, [throughput.Throughput()])
     toks, sps = rec.values("train/tokens_per_sec"), rec.values("train/samples_per_sec")
     assert toks and all(t / s == pytest.approx(3.0) for t, s in zip(toks, sps))
 
@@ -109,7 +109,7 @@ def test_real_tokens_per_sec() -> None:
 def test_flops_from_the_module_win_and_a_failed_count_does_not_stop_training(monkeypatch, caplog) -> None:
     module = Mlp()
     module.flops_per_batch = 1000
-    rec = fit(module, tensors(), [monitor.Throughput()])
+    rec = fit(module, tensors(), [throughput.Throughput()])
     assert all(f / s == pytest.approx(1000 / B) for f, s in zip(rec.values("train/flops_per_sec"),
                                                                  rec.values("train/samples_per_sec")))
 
@@ -119,7 +119,7 @@ def test_flops_from_the_module_win_and_a_failed_count_does_not_stop_training(mon
 
     monkeypatch.setattr("torch.utils.flop_counter.FlopCounterMode", Broken)
     with caplog.at_level("INFO", logger="zoo"):
-        rec = fit(Mlp(), tensors(), [monitor.Throughput()])
+        rec = fit(Mlp(), tensors(), [throughput.Throughput()])
     assert rec.values("train/samples_per_sec") and not rec.values("train/flops_per_sec")
     assert "FLOPs not counted (RuntimeError: counter broke)" in caplog.text
 
@@ -144,7 +144,7 @@ class ManualNoData(pl.LightningModule):
 
 
 def test_manual_optimisation_and_non_tensor_batches() -> None:
-    tp = monitor.Throughput()
+    tp = throughput.Throughput()
     rec = fit(ManualNoData(), list(range(10)), [tp], steps=-1, every=1, max_epochs=1)
     assert tp.flops_per_batch == 2 * (2 * 3 * 4 * 4 * 2)  # two steps of forward + weight gradient
     assert rec.values("train/step_ms") and rec.values("train/samples_per_sec")
@@ -152,7 +152,7 @@ def test_manual_optimisation_and_non_tensor_batches() -> None:
 
 def test_energy_counter_wraps_around() -> None:
     raw = iter([900.0, 950.0, 20.0, 70.0])
-    c = monitor.EnergyCounter(lambda: next(raw), to_joules=1e-3, wrap=1000.0)
+    c = energy.EnergyCounter(lambda: next(raw), to_joules=1e-3, wrap=1000.0)
     c.start()
     assert c.read() == pytest.approx(0.050)
     assert c.read() == pytest.approx(0.120)  # 950 -> 1000 -> 20: 70 mJ, not -930
@@ -164,7 +164,7 @@ def test_rapl_reads_packages_not_subdomains(tmp_path: Path) -> None:
         (tmp_path / zone).mkdir()
         (tmp_path / zone / "energy_uj").write_text(str(uj))
         (tmp_path / zone / "max_energy_range_uj").write_text("262143328850")
-    counters, source = monitor.rapl_counters(str(tmp_path))
+    counters, source = energy.rapl_counters(str(tmp_path))
     assert len(counters) == 2 and "2 CPU package" in source
     for c in counters:
         c.start()
@@ -172,8 +172,8 @@ def test_rapl_reads_packages_not_subdomains(tmp_path: Path) -> None:
     (tmp_path / "intel-rapl:1" / "energy_uj").write_text("9500000")
     assert sum(c.read() for c in counters) == pytest.approx(3.5)
     (tmp_path / "intel-rapl:0" / "max_energy_range_uj").unlink()
-    assert monitor.rapl_counters(str(tmp_path))[0] == []
-    assert monitor.rapl_counters(str(tmp_path / "none")) == ([], f"no RAPL domains under {tmp_path / 'none'}")
+    assert energy.rapl_counters(str(tmp_path))[0] == []
+    assert energy.rapl_counters(str(tmp_path / "none")) == ([], f"no RAPL domains under {tmp_path / 'none'}")
 
 
 class FakeNvml:
@@ -199,19 +199,19 @@ class FakeNvml:
 
 def test_gpu_stats_sums_energy_deltas_over_the_runs_gpus() -> None:
     nvml = FakeNvml([10_000_000, 20_000_000])  # millijoules since the driver loaded: not this run's
-    stats = monitor.GpuStats(nvml, [0, 1])
+    stats = energy.GpuStats(nvml, [0, 1])
     stats.start()
     nvml.energy_mj = [10_150_000, 20_250_000]
     out = stats.read()
     assert out["device/energy_j"] == pytest.approx(400.0)
     assert out["device/gpu0_util_pct"] == 87 and out["device/gpu1_memory_gb"] == pytest.approx(6.0)
     assert out["device/gpu1_power_w"] == pytest.approx(300.0)
-    old = monitor.GpuStats(FakeNvml(None), [0])
+    old = energy.GpuStats(FakeNvml(None), [0])
     assert "device/energy_j" not in old.read() and old.source.startswith("n/a")
 
 
 def test_device_stats_on_cpu(capsys) -> None:
-    rec = fit(Mlp(), tensors(), [monitor.DeviceStats(every_n_steps=3, rapl_root="/nonexistent")])
+    rec = fit(Mlp(), tensors(), [device_stats.DeviceStats(every_n_steps=3, rapl_root="/nonexistent")])
     util, rss = rec.values("device/cpu_util_pct"), rec.values("device/rss_gb")
     assert len(util) == 3 and all(0 < u <= 101 for u in util)  # batches 1, 4, 7
     assert all(0.05 < r < 64 for r in rss)
@@ -249,7 +249,7 @@ def test_flops_scale_with_padded_length() -> None:
             return self.net(batch[0].reshape(-1, DIMS[0])).pow(2).mean()  # (B*L, D): linear in the length L
 
     data = [(torch.randn(B, 2 if i % 2 else 5, DIMS[0]),) for i in range(8)]
-    tp = monitor.Throughput()
+    tp = throughput.Throughput()
     rec = fit(PerToken(), data, [tp])
     per_sample = [hand_flops(B * length) / B for length in (2, 5)]
     assert tp.flops_per_batch == hand_flops(B * 5)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from zoo import optim
 from zoo.errors import NoOptimizerError
+from zoo.kit import optim
 
 
 class ScaleNorm(nn.Module):
@@ -106,7 +106,7 @@ def test_frozen_parameters_lr_scale_and_extra_keys():
 
 
 class Task:
-    """The parts of a LightningModule that zoo.optim.configure reads."""
+    """The parts of a LightningModule that zoo.kit.optim.configure reads."""
 
     def __init__(self, optimizer, scheduler=None, steps: int = 10) -> None:
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler

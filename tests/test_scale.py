@@ -52,7 +52,7 @@ def _state(pid: int) -> str:
 @pytest.fixture
 def launcher_env(monkeypatch):
     """A clean launcher environment and a fresh run-id cache."""
-    from zoo import config
+    from zoo.core import naming as config
 
     for key in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_JOB_NAME", "SLURM_NTASKS", "SLURM_PROCID", "RANK",
                 "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"):
@@ -62,7 +62,7 @@ def launcher_env(monkeypatch):
 
 
 def test_the_launcher_names_the_run(launcher_env):
-    from zoo.config import external_job_id
+    from zoo.core.naming import external_job_id
     from zoo.errors import ZooError
 
     assert external_job_id() is None  # a plain run: a timestamp
@@ -88,7 +88,7 @@ def test_the_launcher_names_the_run(launcher_env):
 def test_one_writer_of_hydra_files(launcher_env):
     from omegaconf import OmegaConf
 
-    from zoo.config import register_resolvers
+    from zoo.core.config import register_resolvers
 
     register_resolvers()
     cfg = OmegaConf.create({"subdir": "${zoo_writer:.hydra}", "handlers": "${zoo_writer:[console,file],[console]}"})
@@ -98,8 +98,8 @@ def test_one_writer_of_hydra_files(launcher_env):
 
 
 def test_a_restarted_job_finds_its_newest_checkpoint(launcher_env, tmp_path):
-    from zoo import config
-    from zoo.cli import restart_checkpoint
+    from zoo.core import naming as config
+    from zoo.core.resume import restart_checkpoint
 
     (tmp_path / "checkpoints").mkdir()
     last = tmp_path / "checkpoints" / "last.ckpt"
@@ -116,7 +116,7 @@ def test_a_restarted_job_finds_its_newest_checkpoint(launcher_env, tmp_path):
 
 
 def test_collective_timeout_reaches_the_strategy():
-    from zoo.trainer import trainer_kwargs
+    from zoo.core.trainer import trainer_kwargs
 
     for strategy, method in (("ddp", "popen"), ("ddp_spawn", "spawn"), ("auto", "popen")):
         s = trainer_kwargs({"strategy": strategy, "accelerator": "cpu", "devices": 2, "collective_timeout": 7,

@@ -13,9 +13,9 @@ import optuna
 import pytest
 import torch
 
-from zoo import search
 from zoo.errors import ZooError
 from zoo.testing import TINY, compose
+from zoo.verbs import search
 
 FAST = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t", "test_after_fit=false"]
 
@@ -123,8 +123,9 @@ def test_pruning_callback_stops_a_worse_trial_and_spares_a_better_one(tmp_path):
 
 
 def _sweeper(tmp_path: Path):
-    from hydra_plugins.zoo_optuna_sweeper.zoo_optuna_sweeper import ZooOptunaSweeper, ZooOptunaSweeperConf
     from omegaconf import OmegaConf
+
+    from hydra_plugins.zoo_optuna_sweeper.zoo_optuna_sweeper import ZooOptunaSweeper, ZooOptunaSweeperConf
 
     conf = OmegaConf.to_container(OmegaConf.structured(ZooOptunaSweeperConf))
     sweeper = ZooOptunaSweeper(**{k: v for k, v in conf.items() if not k.startswith("_")})

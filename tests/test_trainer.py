@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo import trainer as zt
-from zoo.checkpoint import AtomicCheckpointIO, load_checkpoint
+from zoo.core import trainer as zt
+from zoo.core.checkpoint import AtomicCheckpointIO, load_checkpoint
 from zoo.errors import ZooError, one_line
 from zoo.testing import compose
 
@@ -97,7 +97,7 @@ def test_compile_switch_compiles_the_networks_in_place_not_the_lightning_steps()
     import lightning.pytorch as pl
     from torchmetrics.classification import MulticlassAccuracy
 
-    from zoo.trainer import prepare_module
+    from zoo.core.trainer import prepare_module
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:

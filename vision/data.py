@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchvision.transforms import v2
 
 from zoo.errors import ZooError
-from zoo.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Export and serving hooks for vision/resnet (called by zoo/export.py and zoo/serve.py; see their docstrings).
+"""Export and serving hooks for vision/resnet (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: normalised images (B, C, H, W) float32 -> logits (B, num_classes), dynamic batch. Normalisation
 stays outside the graph (model.json says how), so a consumer can feed tensors it already normalised.
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.export import Examples, Graph, compare
+from zoo.kit.deploy import Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"  # torch.onnx's dynamo exporter handles timm ResNets (max abs diff ~1e-7)
@@ -27,7 +27,7 @@ def export_graph(module: Any) -> Graph:
 
 def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     """Up to n images of the task's validation split, as the evaluation transform prepares them."""
-    from zoo.run import build_checked_data
+    from zoo.core.build import build_checked_data
 
     data = build_checked_data(cfg, module)
     data.prepare_data()
@@ -88,7 +88,7 @@ class Handler:
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
         from PIL import Image, UnidentifiedImageError
 
-        from zoo.serve import BadRequest
+        from zoo.kit.deploy import BadRequest
 
         try:
             with Image.open(io.BytesIO(body)) as im:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 import torch
 from torch import nn
 
-from zoo.optim import canonical_name, param_groups
+from zoo.kit.optim import canonical_name, param_groups
 
 STRATEGIES = ("full", "linear_probe", "gradual")
 
@@ -47,7 +47,7 @@ def groups(model: nn.Module, heads: tuple[str, ...], strategy: str, weight_decay
            backbone_lr_scale: float, no_decay: Collection[str]) -> list[dict]:
     """Optimizer param groups: the head at the full learning rate, the backbone (marked `backbone: True`) scaled.
 
-    `no_decay`: names relative to `model` (zoo.optim.no_decay_names, taken before any wrapping)."""
+    `no_decay`: names relative to `model` (zoo.kit.optim.no_decay_names, taken before any wrapping)."""
     backbone, head = split(model, heads)
     out = param_groups(head, weight_decay, no_decay=no_decay)
     if strategy == "linear_probe":

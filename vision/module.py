@@ -12,8 +12,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from vision import finetune as ft
 from vision.models import create_backbone, head_prefixes
-from zoo import optim, tb
 from zoo.errors import ZooError
+from zoo.kit import optim, tb
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ class ImageClassifier(pl.LightningModule):
             raise ZooError(f"task.module.cache_features=true needs a frozen backbone (finetune=linear_probe), not "
                            f"finetune={finetune}; set task.module.cache_features=false")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        self.model, self.pretrained_source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
+        self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
+        self.pretrained_report = {"source": str(pretrained), "line": source}  # zoo.kit.pretrained.PretrainedReport
         self.heads = head_prefixes(self.model)
         self.no_decay = optim.no_decay_names(self.model)  # by name and layer type, before any FSDP wrapping
         if finetune == "linear_probe":
@@ -92,7 +93,7 @@ class ImageClassifier(pl.LightningModule):
         return self.model.get_classifier()(pooled)
 
     def shared_step(self, batch: tuple, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = batch[0], batch[1]
+        y = batch[1]
         logits = self._logits(batch, stage)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing if stage == "train" else 0.0)
         on_step = stage == "train"
@@ -139,7 +140,7 @@ class ImageClassifier(pl.LightningModule):
         return self.hparams.finetune == "linear_probe" or (
             self.hparams.finetune == "gradual" and self.current_epoch < self.hparams.unfreeze_epoch)
 
-    def train(self, mode: bool = True) -> "ImageClassifier":
+    def train(self, mode: bool = True) -> ImageClassifier:
         super().train(mode)
         if mode and self.backbone_frozen():
             ft.set_backbone_bn_eval(self.model, self.heads)
@@ -159,7 +160,6 @@ class ImageClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------ epoch hooks
     def on_fit_start(self) -> None:
-        tb.log_text(self, "model/pretrained", self.pretrained_source, step=0)
         if (self.device.type == "cpu" and "bf16" in str(self.trainer.precision)
                 and self.hparams.image_size < 32 and "resnet" in self.hparams.arch):
             # torch's bf16 CPU conv backward returns garbage weight gradients on 1x1 maps (docs/vision.md)
@@ -187,9 +187,6 @@ class ImageClassifier(pl.LightningModule):
             from vision.viz import confusion_figure
 
             tb.log_figure(self, "test/confusion_matrix", confusion_figure(matrix, self.class_names))
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["pretrained_source"] = self.pretrained_source
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> Any:

@@ -10,7 +10,7 @@ import torch
 
 from vision.data import eval_transform, load_image
 from zoo.errors import ZooError
-from zoo.images import IMAGE_EXTENSIONS, is_image_file
+from zoo.kit.images import IMAGE_EXTENSIONS, is_image_file
 
 
 def image_files(target: str | None) -> list[Path]:

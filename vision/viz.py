@@ -6,7 +6,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-
 GREEN, RED, GREY = (0, 120, 0), (200, 0, 0), (90, 90, 90)
 
 
@@ -44,7 +43,8 @@ def captioned_grid(images: torch.Tensor, labels: list[tuple[str, str]], nrow: in
         canvas.paste(pil, (x, y))
         pred, true = labels[i]
         ok = pred == true
-        draw.text((x, y + tile + 1), _fit(draw, pred if ok else f"{pred} (wrong)", font, tile), fill=GREEN if ok else RED,
+        caption = _fit(draw, pred if ok else f"{pred} (wrong)", font, tile)
+        draw.text((x, y + tile + 1), caption, fill=GREEN if ok else RED,
                   font=font)
         draw.text((x, y + tile + line), _fit(draw, f"true: {true}", font, tile), fill=GREY, font=font)
     return torch.from_numpy(np.array(canvas)).permute(2, 0, 1)

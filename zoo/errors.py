@@ -1,5 +1,10 @@
 """User-facing errors: the CLI prints them as one line, without a traceback."""
 
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
 
 class ZooError(Exception):
     """An error the user caused and can fix (bad config, missing file, incompatible checkpoint).
@@ -29,3 +34,9 @@ class NoOptimizerError(ZooError):
     def __init__(self, module: object) -> None:
         super().__init__(f"{type(module).__name__} was built without an optimizer (load_from_checkpoint is for "
                          "inference); train it through `python -m zoo train`, or pass optimizer=<partial>")
+
+
+def fail(e: ZooError) -> NoReturn:
+    """The CLI's end for an error the user can fix: one line on stderr, exit code 2."""
+    print(f"zoo: error: {one_line(e)}", file=sys.stderr, flush=True)
+    sys.exit(2)

@@ -46,7 +46,8 @@ class _Absent(metadata.DistributionFinder):
             raise ModuleNotFoundError(f"No module named {fullname!r} (left out by zoo.imports)", name=fullname)
         return None
 
-    def find_distributions(self, context: Any = metadata.DistributionFinder.Context()) -> Iterator:
+    def find_distributions(self, context: Any = None) -> Iterator:
+        context = context if context is not None else metadata.DistributionFinder.Context()
         # Raised, not an empty answer: later finders would find the real distribution.
         if context.name is not None and context.name.replace("-", "_").lower() in self.names:
             raise metadata.PackageNotFoundError(context.name)

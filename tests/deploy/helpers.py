@@ -13,7 +13,7 @@ from zoo.testing import compose
 def save_checkpoint(module: Any, run_dir: Path, task: str, overrides: list[str]) -> Path:
     """A checkpoint as `zoo train` writes it (state dict, hparams, the module's own extras, zoo metadata) into
     <run_dir>/checkpoints/best-tiny.ckpt, so run-dir resolution and <run dir>/export work as after training."""
-    from zoo.config import plain
+    from zoo.base import plain
 
     cfg = compose([f"task={task}", *overrides])
     hp = dict(module.hparams)

@@ -1,6 +1,6 @@
 """`python -m zoo export` for every task: round trip with parity, int8, model.json, atomic writes, one-line errors.
 
-The CLI runs in-process (zoo.cli._main, the real argument handling and config composition) to keep the suite fast;
+The CLI runs in-process (zoo.cli.main, the real argument handling and config composition) to keep the suite fast;
 tests/deploy/test_serve.py and the RL play test start real subprocesses.
 """
 
@@ -19,9 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "nlp"))
 from helpers import gan_ckpt, nlp_ckpt, rl_ckpt, speech_ckpt, vision_ckpt  # noqa: E402
 
-from zoo.cli import _main  # noqa: E402
+from zoo.cli import main  # noqa: E402
 from zoo.testing import ROOT  # noqa: E402
-
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit's deprecation notices
 
@@ -32,7 +31,7 @@ def one_thread():
 
 
 def export(*args: str) -> None:
-    _main(["export", *args])
+    main(["export", *args])
 
 
 def fails(capsys, *args: str) -> str:
@@ -71,7 +70,7 @@ def test_vision_onnx_int8_torchscript_and_model_json(vision, capsys):
     # The exported file alone (ONNX Runtime, no zoo) gives the module's logits on a fresh batch size.
     import onnxruntime as ort
 
-    from zoo.run import load_module
+    from zoo.core.build import load_module
     from zoo.testing import compose
 
     x = torch.randn(3, 1, 16, 16)
@@ -135,7 +134,7 @@ def test_nlp_onnx_with_tokenizer(tmp_path, capsys):
               return_tensors="np")
     sess = ort.InferenceSession(str(folder / "model.onnx"))
     logits = sess.run(None, {i.name: enc[i.name].astype(np.int64) for i in sess.get_inputs()})[0]
-    from zoo.run import load_module
+    from zoo.core.build import load_module
     from zoo.testing import compose
 
     module = load_module(compose(["task=nlp/bert", f"task.module.encoder={tmp_path / 'enc'}"]), str(ckpt))
@@ -172,14 +171,14 @@ def test_rl_onnx_plays_cartpole_without_torch(tmp_path, capsys):
     folder = tmp_path / "run" / "export"
     meta = meta_of(folder)
     assert meta["outputs"][0]["name"] == "action" and meta["preprocess"]["normalization"]["folded_into_graph"]
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_deploy.py"), "play", str(folder),
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "evidence" / "bench_deploy.py"), "play", str(folder),
                            "--episodes", "3", "--seed", "5"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     played = json.loads(proc.stdout.strip().splitlines()[-1])
     assert played["torch_imported"] is False and played["env"] == "CartPole-v1"
 
     from rl.evaluate import run_episodes
-    from zoo.run import load_module
+    from zoo.core.build import load_module
     from zoo.testing import compose
 
     module = load_module(compose(["task=rl/ppo", "task.module.hidden_sizes=[16,16]", "task.env.normalize_obs=true"]),

@@ -21,8 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import vision_ckpt  # noqa: E402
 
-from zoo.serve import BadRequest  # noqa: E402
-from zoo.testing import ROOT, zoo_env  # noqa: E402
+from zoo.kit.deploy import BadRequest  # noqa: E402
+from zoo.testing import zoo_env  # noqa: E402
 
 
 def free_port() -> int:
@@ -130,7 +130,7 @@ def test_handlers_reject_bad_requests_with_4xx():
 
 def test_pad_concat_and_options():
     from zoo.errors import ZooError
-    from zoo.serve import check_options, check_port, pad_concat
+    from zoo.verbs.serve import check_options, check_port, pad_concat
 
     a, b = np.ones((1, 3), dtype=np.int64), np.ones((2, 5), dtype=np.int64)
     out = pad_concat([a, b], 7)

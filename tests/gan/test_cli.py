@@ -54,7 +54,7 @@ def test_predict_from_checkpoint(trained):
     run, tmp, run_dir, _ = trained
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     proc = run("predict", f"ckpt_path={ckpt}", "predict.num=4", f"predict.out={tmp / 'samples'}", check=True)
-    assert len([l for l in proc.stdout.splitlines() if l.startswith('{"path"')]) == 4
+    assert len([line for line in proc.stdout.splitlines() if line.startswith('{"path"')]) == 4
     assert len(list((tmp / "samples").glob("*.png"))) == 4
     bad = run("predict", f"ckpt_path={ckpt}", "predict.classes=[3]")
     assert bad.returncode == 2 and "zoo: error: predict.classes: this model is unconditional" in bad.stdout

@@ -13,8 +13,9 @@ from PIL import Image
 
 from gan.data import GANDataModule
 from gan.module import DCGAN
-from zoo.checkpoint import ZooMetadata
+from zoo.core.checkpoint import ZooMetadata
 from zoo.errors import ZooError
+from zoo.kit.pretrained import PretrainedReport
 
 TINY = dict(arch="dcgan_small", nz=8, width=8, eval_train_steps=3, ema_decay=0.9,
             optimizer=functools.partial(torch.optim.Adam, lr=2e-4, betas=(0.5, 0.999)))
@@ -23,7 +24,7 @@ TINY = dict(arch="dcgan_small", nz=8, width=8, eval_train_steps=3, ema_decay=0.9
 def fit(module: DCGAN, data: GANDataModule, tmp_path, name: str) -> str:  # noqa: ANN001
     trainer = L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                        default_root_dir=tmp_path, callbacks=[ZooMetadata("gan/dcgan", [], {})])
+                        default_root_dir=tmp_path, callbacks=[ZooMetadata("gan/dcgan", [], {}), PretrainedReport()])
     trainer.fit(module, datamodule=data)
     path = str(tmp_path / name)
     trainer.save_checkpoint(path)
@@ -68,10 +69,12 @@ def test_digits_to_an_rgb_image_folder_keeps_g_and_d_and_starts_the_class_embedd
                  "generator_ema.net.6.weight", "discriminator.features.2.weight", "discriminator.head.weight"):
         assert torch.equal(a[name], b[name]), name
     assert b["discriminator.features.0.weight"].shape[1] == 3  # grey -> RGB: repeated, a third each
-    assert torch.allclose(b["discriminator.features.0.weight"], a["discriminator.features.0.weight"].repeat(1, 3, 1, 1) / 3)
+    grey = a["discriminator.features.0.weight"]
+    assert torch.allclose(b["discriminator.features.0.weight"], grey.repeat(1, 3, 1, 1) / 3)
     assert torch.equal(b["generator.net.9.weight"], a["generator.net.9.weight"].repeat(1, 3, 1, 1))
     report = m.pretrained_report
-    assert {"generator.embed.weight", "generator_ema.embed.weight", "discriminator.embed.weight"} <= set(report["reinit"])
+    embeds = {"generator.embed.weight", "generator_ema.embed.weight", "discriminator.embed.weight"}
+    assert embeds <= set(report["reinit"])
     assert b["generator.embed.weight"].shape == (2, 32) and not report["skipped_shape"]
     tuned = torch.load(fit(m, data, tmp_path, "tuned.ckpt"), weights_only=True)  # the fine-tune runs and records it
     assert tuned["pretrained_report"]["source"] == path and tuned["zoo"]["pretrained"] == path
@@ -83,8 +86,9 @@ def test_32_to_64_pixels_aligns_g_from_its_output_and_d_from_its_input(digits_ck
     m = DCGAN(conditional=True, pretrained=path, **TINY, channels=1, image_size=64, num_classes=10,
               class_names=[str(i) for i in range(10)])
     a, b = sd(src), sd(m)
-    for old, new in (("generator.net.3.weight", "generator.net.6.weight"), ("generator.net.9.weight",
-                     "generator.net.12.weight"), ("discriminator.features.5.weight", "discriminator.features.5.weight")):
+    for old, new in (("generator.net.3.weight", "generator.net.6.weight"),
+                     ("generator.net.9.weight", "generator.net.12.weight"),
+                     ("discriminator.features.5.weight", "discriminator.features.5.weight")):
         assert torch.equal(a[old], b[new]), new
     skipped = " ".join(m.pretrained_report["skipped_shape"] + m.pretrained_report["missing"])
     assert "discriminator.head.weight" in skipped and "generator.net.0.weight" in skipped

@@ -26,4 +26,5 @@ def tiny_encoder(tmp_path_factory) -> str:
 
 @pytest.fixture
 def keyword_files(tmp_path) -> tuple[Path, Path]:
-    return (write_tsv(tmp_path / "train.tsv", keyword_rows(256, 0)), write_tsv(tmp_path / "dev.tsv", keyword_rows(64, 1)))
+    return (write_tsv(tmp_path / "train.tsv", keyword_rows(256, 0)),
+            write_tsv(tmp_path / "dev.tsv", keyword_rows(64, 1)))

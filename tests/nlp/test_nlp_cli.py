@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from nlp_helpers import keyword_rows, write_tsv
+
 from zoo.testing import SIGTERM_AT, run_dirs, zoo_env
 
 ONE = {"OMP_NUM_THREADS": "1"}  # tiny models: one thread is much faster on the shared 2-core machine
@@ -39,6 +39,10 @@ def test_train_learns_exports_predicts_and_checks_labels(run_zoo, tmp_path, tiny
     hf = run / "hf_model"
     assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file() and (hf / "tokenizer.json").is_file()
     assert json.loads((hf / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+    by_hand = run_zoo("export", f"ckpt_path={run}", "export.format=hf", f"export.out={tmp_path / 'hf'}", env=ONE,
+                      check=True)  # the same folder from a checkpoint, through `zoo export`
+    assert "as hf to" in by_hand.stdout and (tmp_path / "hf" / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     ea = EventAccumulator(str(run / "tensorboard"))
@@ -141,7 +145,8 @@ def test_resume_after_mid_epoch_sigterm_then_predict_from_stdin(run_zoo, tmp_pat
 
 @pytest.mark.slow
 def test_header_line_and_non_utf8_file_are_one_line_each(run_zoo, tmp_path):
-    """issue 11: a header read as data trained a class 'label'; a latin-1 file printed a multi-line Hydra error."""
+    """Through the CLI, a header line read as data (it would train a class 'label') and a latin-1 file (it would
+    end in a multi-line Hydra error) each stop with exit 2 and one error line, no traceback."""
     header = write_tsv(tmp_path / "h.tsv", [("label", "sentence")] + [(str(i % 2), f"text {i}") for i in range(8)])
     latin = tmp_path / "latin.tsv"
     latin.write_bytes("1\tgood\n0\tcaf\u00e9 au lait\n".encode("latin-1"))

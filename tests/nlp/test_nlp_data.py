@@ -6,14 +6,13 @@ import json
 
 import pytest
 import torch
+from nlp_helpers import keyword_rows, write_tsv
 
 from nlp import builtin
 from nlp.data import TextDataModule, tokenize
 from nlp.files import read_rows
 from nlp.sampler import LengthGroupedSampler, pad_batch
 from zoo.errors import ZooError
-
-from nlp_helpers import keyword_rows, write_tsv
 
 
 def test_readers_csv_header_tsv_no_header_jsonl(tmp_path):
@@ -23,7 +22,8 @@ def test_readers_csv_header_tsv_no_header_jsonl(tmp_path):
     write_tsv(tmp_path / "b.tsv", [("1", "it 's \"quoted\" here"), ("0", "plain")])
     rows = read_rows(tmp_path / "b.tsv", header=False, text_column=1, label_column=0)
     assert rows[0]["text"] == 'it \'s "quoted" here' and rows[1]["label"] == "0"
-    (tmp_path / "c.jsonl").write_text(json.dumps({"q": "a", "p": "b", "y": 0.5}) + "\n\n" + json.dumps({"q": "c", "p": "d", "y": 1}))
+    (tmp_path / "c.jsonl").write_text(json.dumps({"q": "a", "p": "b", "y": 0.5}) + "\n\n"
+                                      + json.dumps({"q": "c", "p": "d", "y": 1}))
     rows = read_rows(tmp_path / "c.jsonl", text_column="q", text_pair_column="p", label_column="y")
     assert [(r["text"], r["text_pair"], r["label"]) for r in rows] == [("a", "b", "0.5"), ("c", "d", "1")]
 
@@ -31,7 +31,8 @@ def test_readers_csv_header_tsv_no_header_jsonl(tmp_path):
 @pytest.mark.parametrize("content, kwargs, message", [
     ("", {}, "has no examples"),
     ("only one column\n", {"text_column": 1, "label_column": 0}, r"has 1 column\(s\)"),
-    ("text\tlabel\nhi\tpos\n", {"header": True, "text_column": "sentence", "label_column": "label"}, "no text column 'sentence'"),
+    ("text\tlabel\nhi\tpos\n", {"header": True, "text_column": "sentence", "label_column": "label"},
+     "no text column 'sentence'"),
     ("1\thi\n", {"text_column": "sentence", "label_column": 0}, "is a name but task.data.header=false"),
     ("1\t\n0\t\n", {"text_column": 1, "label_column": 0}, "has no examples with text"),
     ("\thi\n", {"text_column": 1, "label_column": 0}, "has no label"),
@@ -160,7 +161,8 @@ def test_datamodule_loaders_use_grouping_and_expose_text(tiny_encoder):
 
 
 def test_header_read_as_data_is_refused(tmp_path):
-    """issue 11: a 'label<TAB>sentence' header with header=false became a third class 'label'."""
+    """A 'label<TAB>sentence' header with header=false is refused (read as data it would become a third class
+    'label'); word labels and numeric files whose first label recurs are not mistaken for a header."""
     train = write_tsv(tmp_path / "h.tsv", [("label", "sentence")] + [(str(i % 2), f"text {i}") for i in range(8)])
     with pytest.raises(ZooError, match=r"h.tsv:1: the first line looks like a header .*task.data.header=true") as e:
         TextDataModule("unused-tokenizer", train_file=str(train))
@@ -182,7 +184,8 @@ def test_header_read_as_data_is_refused(tmp_path):
     ("latin.jsonl", '{"text": "good", "label": 1}\n{"text": "na\u00efve caf\u00e9", "label": 0}\n'),
 ])
 def test_non_utf8_file_is_one_line_with_line_and_offset(tmp_path, name, content):
-    """issue 11: a latin-1 file ended in a multi-line Hydra error that printed the whole file."""
+    """A latin-1 file is one error line naming the line and byte offset and task.data.encoding (not a multi-line
+    Hydra error that prints the whole file); with encoding=latin-1 it reads."""
     path = tmp_path / name
     path.write_bytes(content.encode("latin-1"))
     offset = content.encode("latin-1").index(b"\xef")
@@ -202,6 +205,6 @@ def test_predict_reads_standard_input_with_dash(monkeypatch):
 
     from nlp.predict import read_inputs
 
-    stdin = io.TextIOWrapper(io.BytesIO("first text, with commas\n\nsecond\tits pair\n".encode()), encoding="utf-8")
+    stdin = io.TextIOWrapper(io.BytesIO(b"first text, with commas\n\nsecond\tits pair\n"), encoding="utf-8")
     monkeypatch.setattr("sys.stdin", stdin)
     assert read_inputs("-") == [("first text, with commas", None), ("second", "its pair")]

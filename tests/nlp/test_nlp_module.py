@@ -14,7 +14,7 @@ from nlp.models import layer_id, param_groups, resolve
 from nlp.module import SequenceClassifier
 from nlp.predict import predict, read_inputs
 from zoo.errors import ZooError
-from zoo.optim import warmup_schedule
+from zoo.kit.optim import warmup_schedule
 
 
 def make(encoder: str, **kw) -> SequenceClassifier:
@@ -148,7 +148,7 @@ def test_predict_prints_labels_and_probabilities(tmp_path, tiny_encoder):
 
 
 def test_no_import_cycles_inside_nlp():
-    """issue 11: nlp/module.py <-> nlp/export.py imported each other (the export command line needed the module)."""
+    """No module of nlp imports another that imports it back (the Hugging Face export once needed the module)."""
     import ast
     from pathlib import Path
 
@@ -168,9 +168,11 @@ def test_no_import_cycles_inside_nlp():
 
 
 def test_export_command_line_gives_one_line_for_a_corrupt_checkpoint(tmp_path, capsys):
-    from nlp.export_cli import main
+    from zoo.cli import main
 
     (tmp_path / "bad.ckpt").write_bytes(b"not a checkpoint")
-    assert main([str(tmp_path / "bad.ckpt"), str(tmp_path / "out")]) == 2
+    with pytest.raises(SystemExit) as stop:
+        main(["export", f"ckpt_path={tmp_path / 'bad.ckpt'}", "export.format=hf", f"export.out={tmp_path / 'out'}"])
+    assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("zoo: error: ") and str(tmp_path / "bad.ckpt") in err and "\n" not in err

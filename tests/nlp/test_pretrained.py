@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from nlp.export import export_hf
-from nlp.module import SequenceClassifier
 from nlp_helpers import build_tiny_encoder
+
+from nlp.hf_folder import export_hf
+from nlp.module import SequenceClassifier
 from zoo.errors import ZooError
+from zoo.kit.pretrained import PretrainedReport
 
 
 def save(m: SequenceClassifier, path: Path, task: str = "nlp/bert") -> str:
@@ -48,6 +49,7 @@ def test_another_label_set_loads_the_encoder_and_starts_a_fresh_head(source, tin
     assert "new classification head" in report["line"]
     out: dict = {}
     m.on_save_checkpoint(out)
+    PretrainedReport().on_save_checkpoint(None, m, out)  # what `zoo train` adds (configs/callbacks)
     assert out["pretrained_report"]["loaded"] == report["loaded"] and value in out["pretrained_report"]["source"]
 
 

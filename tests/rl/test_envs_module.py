@@ -10,7 +10,6 @@ import torch
 from rl.envs import check_env_id, space_spec
 from rl.evaluate import run_episodes
 from rl.module import ENV_DEFAULTS, PPO
-from rl.rollout import Collector
 from zoo.errors import ZooError
 
 
@@ -100,7 +99,7 @@ def test_deterministic_evaluation_is_reproducible_and_counts_episodes() -> None:
 def test_env_defaults_are_documented_in_the_task_config() -> None:
     from omegaconf import OmegaConf
 
-    from zoo.config import CONFIG_DIR
+    from zoo.core.config import CONFIG_DIR
 
     cfg = OmegaConf.load(CONFIG_DIR / "task" / "rl" / "ppo.yaml")
     assert set(cfg.task.env) == set(ENV_DEFAULTS)

@@ -8,6 +8,7 @@ import torch
 
 from rl.module import PPO
 from zoo.errors import ZooError
+from zoo.kit.pretrained import PretrainedReport
 
 
 def module(env_id: str, **kw) -> PPO:  # noqa: ANN003
@@ -34,6 +35,7 @@ def test_another_action_space_keeps_value_and_hidden_layers_and_starts_a_new_pol
     assert "new policy head" in report["line"] and "actor.4.weight" in report["line"]
     ckpt: dict = {}
     m.on_save_checkpoint(ckpt)
+    PretrainedReport().on_save_checkpoint(None, m, ckpt)  # what `zoo train` adds (configs/callbacks)
     assert ckpt["pretrained_report"]["source"] == path
 
 

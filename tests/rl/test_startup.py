@@ -40,7 +40,7 @@ def test_the_ppo_task_declares_the_lean_imports() -> None:
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from zoo.config import CONFIG_DIR, register_resolvers
+    from zoo.core.config import CONFIG_DIR, register_resolvers
 
     register_resolvers()
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):

@@ -1,4 +1,4 @@
-"""zoo.tb.log_video writes a real, playable GIF into a TensorBoard event file (torch's add_video needs
+"""zoo.kit.tb.log_video writes a real, playable GIF into a TensorBoard event file (torch's add_video needs
 moviepy.editor, which moviepy 2.x removed: it then printed a notice and wrote nothing)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from zoo import tb
+from zoo.kit import tb
 
 
 def moving_square(t: int, h: int, w: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 from speech.module import CTCRecognizer
 from speech.vocab import BLANK
 from zoo.errors import ZooError
+from zoo.kit.pretrained import PretrainedReport
 
 SMALL = dict(arch="bilstm_small", sample_rate=8000, n_mels=16, model={"hidden": 16, "layers": 1})
 
@@ -45,6 +46,7 @@ def test_another_vocabulary_keeps_the_model_and_the_rows_of_known_characters(sou
     assert report["new_characters"] == ["x"] and "head.1.weight['x']" in report["reinit_rows"]
     ckpt: dict = {}
     m.on_save_checkpoint(ckpt)
+    PretrainedReport().on_save_checkpoint(None, m, ckpt)  # what `zoo train` adds (configs/callbacks)
     assert ckpt["pretrained_report"]["source"] == path and "4 of 5 kept" in " ".join(ckpt["pretrained_report"]["notes"])
 
 

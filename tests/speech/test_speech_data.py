@@ -12,9 +12,9 @@ import torch
 
 from speech.audio import load_audio
 from speech.data import ManifestDataModule
-from speech.finetune import load_init_weights
 from speech.manifest import read_manifest
 from speech.module import CTCRecognizer
+from speech.pretrained import load_init_weights
 from speech.vocab import BLANK, Vocab
 from zoo.errors import ZooError
 
@@ -68,7 +68,8 @@ def test_manifest_bad_lines(tmp_path, caplog):
 
 def test_manifest_datamodule_vocab_and_oov_warning(tmp_path, caplog):
     a, b = burst(tmp_path / "a.wav"), burst(tmp_path / "b.wav", 880)
-    train = manifest(tmp_path / "train.jsonl", [{"audio_filepath": a, "text": "One"}, {"audio_filepath": b, "text": "two"}])
+    train = manifest(tmp_path / "train.jsonl",
+                     [{"audio_filepath": a, "text": "One"}, {"audio_filepath": b, "text": "two"}])
     val = manifest(tmp_path / "val.jsonl", [{"audio_filepath": a, "text": "zoo"}])
     dm = ManifestDataModule(train_manifest=train, val_manifest=val, sample_rate=16000, batch_size=2)
     with caplog.at_level(logging.WARNING):
@@ -118,7 +119,8 @@ def test_speed_perturbation_changes_length_in_training_only(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04 truncated zip"])
 def test_corrupt_checkpoint_for_init_or_vocab_is_one_line(tmp_path, content):
-    """issue 11: init_from / base_vocab_from read checkpoints with torch.load themselves (corrupt -> traceback)."""
+    """init_from / base_vocab_from read checkpoints themselves: a corrupt or missing file is one error line naming
+    the option and the file, not a torch.load traceback."""
     from speech.data import checkpoint_vocab
 
     bad = tmp_path / "bad.ckpt"
@@ -128,7 +130,7 @@ def test_corrupt_checkpoint_for_init_or_vocab_is_one_line(tmp_path, content):
                       (lambda: checkpoint_vocab(str(bad)), "task.data.base_vocab_from")]:
         with pytest.raises(ZooError) as e:
             call()
-        # The wording is zoo.checkpoint's (shared by every domain); here: which option, which file, one line.
+        # The wording is zoo.core.checkpoint's (shared by every domain); here: which option, which file, one line.
         msg = str(e.value)
         assert msg.startswith(f"{key}: ") and str(bad) in msg and "checkpoint" in msg and "\n" not in msg
     with pytest.raises(ZooError, match="task.module.init_from: .*not found"):

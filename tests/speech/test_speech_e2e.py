@@ -51,7 +51,8 @@ def test_train_test_predict_and_bad_files(run_zoo, tmp_path):
     (folder / "junk.wav").write_bytes(b"nope")
     proc = run_zoo("predict", f"ckpt_path={ckpt}", f"input={folder}", env=ENV)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    rows = {Path(r["file"]).name: r for r in map(json.loads, filter(lambda s: s.startswith("{"), proc.stdout.splitlines()))}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    rows = {Path(r["file"]).name: r for r in map(json.loads, lines)}
     assert rows["a.wav"]["duration"] == pytest.approx(1.0) and isinstance(rows["a.wav"]["text"], str)
     assert "empty" in rows["empty.wav"]["error"] and "cannot read" in rows["junk.wav"]["error"]
 
@@ -103,8 +104,9 @@ def test_ddp_bf16_resume_and_finetune_with_new_characters(run_zoo, tmp_path):
 
 
 def test_skipped_audio_is_a_console_warning_and_all_bad_is_an_error(run_zoo, tmp_path):
-    """issue 11: 'skipped 1 of 9 utterances' went only to the run's log file; now it is a WARNING on the console
-    (stderr) naming the count and the bad file, and a manifest with no usable audio stops with one line."""
+    """Unreadable audio is reported where the user looks: 'skipped 1 of 9 utterances' is a WARNING on the console
+    (not only in the run's log file) naming the count and the bad file, and a manifest with no usable audio stops
+    with one error line."""
     train, val = _corpus(tmp_path)
     with open(train, "a") as f:
         f.write(json.dumps({"audio_filepath": "gone.wav", "text": "one"}) + "\n")

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from vision.module import ImageClassifier
 from zoo.errors import ZooError
-from zoo.optim import warmup_schedule
+from zoo.kit.optim import warmup_schedule
 
 ARCH = "resnet10t"  # a tiny timm ResNet: same code paths as resnet18, a fraction of the time
 
@@ -174,7 +174,7 @@ def test_weights_file_in_timm_or_torchvision_naming(tmp_path):
             if not key.startswith(module.heads) and "num_batches" not in key:
                 assert torch.equal(value, sd[key]), key
         assert module.model.get_classifier().out_features == 4
-        assert "new head fc" in module.pretrained_source
+        assert "new head fc" in module.pretrained_report["line"]
 
 
 def test_torchvision_resnet18_weights_load_into_timm(tmp_path):
@@ -214,7 +214,7 @@ def test_pretrained_true_fails_clearly_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ZooError, match="not available"):
         tiny_module(pretrained=True)
-    assert tiny_module(pretrained="auto").pretrained_source.startswith("random init")
+    assert tiny_module(pretrained="auto").pretrained_report["line"].startswith("random init")
 
 
 def test_unknown_backbone_is_one_line():

@@ -4,8 +4,6 @@ that they are ImageNet weights (scikit-learn's two sample photos), the normalisa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import timm
 import torch
@@ -151,7 +149,8 @@ def test_list_marks_offline_weights():
 
 @pytest.mark.parametrize("pretrained, arch, message", [
     ("missing.pth", ARCH, r"pretrained weights file not found: missing\.pth; check the path"),
-    ("PACKAGED", "resnet10t", r"holds EfficientNet weights .* do not fit ResNet; use task.module.arch=efficientnet_lite0"),
+    ("PACKAGED", "resnet10t",
+     r"holds EfficientNet weights .* do not fit ResNet; use task.module.arch=efficientnet_lite0"),
     ("PACKAGED", "efficientnet_b0", r"do not fit efficientnet_b0 \(\d+ mismatches"),
     ("package", "resnet10t", r"no pip-packaged weights for 'resnet10t'; packaged: efficientnet_lite0"),
     ("GAN_CKPT", ARCH, r"is a gan/dcgan checkpoint, not vision/resnet"),

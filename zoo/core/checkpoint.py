@@ -1,0 +1,149 @@
+"""Checkpoint I/O: atomic writes, `weights_only` loads and one-line errors; every checkpoint read goes through here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
+
+from zoo.errors import ZooError
+
+log = logging.getLogger("zoo")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save into a temp file in the target folder, fsync, then rename over the target.
+
+    A crash or Ctrl-C mid-save leaves the previous checkpoint intact; a reader never sees a half-written file.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+
+    def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
+        return load_checkpoint(path, map_location=map_location or "cpu")
+
+
+class ZooMetadata(Callback):
+    """Adds the run's task, overrides, resolved config and environment to every checkpoint, writes the environment
+    to the run directory (`env.json`, global rank 0), and makes reloading offline-safe.
+
+    `hyper_parameters["pretrained"]` is rewritten to False: the weights are in the state dict, so a module rebuilt by
+    `load_from_checkpoint` must not fetch hub weights again. The original choice stays in `zoo["pretrained"]`.
+    """
+
+    def __init__(self, task: str, overrides: list[str], config: dict) -> None:
+        self.meta = {"task": task, "overrides": list(overrides), "config": config}
+        self.env: dict | None = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from zoo.measure.env import collect
+
+        if not trainer.is_global_zero or self.env is not None:
+            return  # one writer, once per session (the test after fit calls setup again: same session, same env)
+        self.env = collect()
+        run_dir = self.meta["config"].get("run_dir") or trainer.default_root_dir
+        if run_dir:
+            write_env(Path(run_dir), self.env)
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        from zoo import __version__
+        from zoo.measure.env import collect
+
+        if self.env is None:
+            self.env = collect()
+        hp = checkpoint.get("hyper_parameters", {})
+        meta = dict(self.meta, version=__version__, env=self.env)
+        if "pretrained" in hp:
+            meta["pretrained"] = hp["pretrained"]
+            hp["pretrained"] = False
+        checkpoint["zoo"] = meta
+
+
+def write_env(run_dir: Path, env: dict) -> Path:
+    """`env.json` in the run directory, atomically. A resumed run keeps the first session's file; when it resumes on
+    a different environment (another commit, GPU or package set), that one goes next to it as env-resume-<n>.json,
+    so numbers from before and after the resume are never silently mixed."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "env.json"
+    if path.is_file():
+        try:
+            same = json.loads(path.read_text()) == json.loads(json.dumps(env))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            return path
+        n = 1
+        while (run_dir / f"env-resume-{n}.json").exists():
+            n += 1
+        path = run_dir / f"env-resume-{n}.json"
+        log.warning("zoo: this run continues on a different environment than it started on; see %s", path)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(env, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
+    """torch.load(weights_only=True) with one clear line for a missing, corrupt or foreign file."""
+    p = Path(path)
+    if not p.is_file():
+        hint = " (it is a folder: point at a .ckpt inside it, e.g. checkpoints/last.ckpt)" if p.is_dir() else ""
+        raise ZooError(f"checkpoint not found: {p}{hint}; check the path or list runs with `ls outputs/`")
+    if not zipfile.is_zipfile(p):
+        raise ZooError(f"{p} is not a zoo checkpoint (not a PyTorch file at all: wrong file, or cut short while "
+                       "copying); use the run's checkpoints/last.ckpt or best-*.ckpt")
+    try:
+        ckpt = torch.load(p, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" not in str(e):  # garbled bytes inside a valid archive
+            raise ZooError(f"checkpoint {p} is corrupt (its data does not unpickle); use another file, e.g. the "
+                           "run's checkpoints/last.ckpt") from None
+        raise ZooError(f"{p} is not a zoo checkpoint: it holds pickled Python objects, which the zoo never writes "
+                       "and will not load (they can run code); use a checkpoint written by `zoo train`") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ZooError(f"checkpoint {p} is corrupt ({first[:100]}); use another file, e.g. the run's "
+                       "checkpoints/last.ckpt") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
+                       "the task's `pretrained=<file>` option instead")
+    return ckpt
+
+
+def checkpoint_task(ckpt: dict, path: str | Path) -> str:
+    task = ckpt.get("zoo", {}).get("task")
+    if not task:
+        raise ZooError(f"{path} was not written by zoo (no zoo metadata); pass `task=<domain>/<name>` and use the "
+                       "task's `pretrained=<file>` option to fine-tune from it")
+    return task
+
+
+def find_last(run_dir: Path) -> Path | None:
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return last if last.is_file() else None

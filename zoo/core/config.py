@@ -1,0 +1,226 @@
+"""Config composition: where the configs live, the zoo's resolvers, listing, and override checking
+that turns Hydra's multi-line errors into one line that names the fix."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from zoo.core.naming import is_writer, run_id
+from zoo.errors import ZooError
+
+CONFIG_DIR = Path(os.environ.get("ZOO_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
+
+
+SEARCH_SWEEPER = "zoo_optuna"  # hydra/sweeper=zoo_optuna (hydra_plugins/zoo_optuna_sweeper), what hparams_search picks
+
+
+def _expose_own_plugins() -> None:
+    """Hydra finds plugins in the `hydra_plugins` namespace package on sys.path. An editable install made before the
+    checkout had hydra_plugins/ does not map it (nor does running from another folder without PYTHONPATH): then
+    the checkout joins the end of sys.path, where it shadows nothing installed."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "hydra_plugins").is_dir() or str(root) in sys.path:
+        return
+    try:
+        import hydra_plugins
+
+        found = [str(Path(p).resolve()) for p in hydra_plugins.__path__]
+    except ImportError:
+        found = []
+    if str(root / "hydra_plugins") not in found:
+        sys.path.append(str(root))
+
+
+_expose_own_plugins()
+
+
+def register_resolvers() -> None:
+    """`${zoo_run_id:}` (cached, so that a submitit job re-composing the sweep's config gets the submitter's id
+    through Hydra's cache copy) and `${zoo_writer:yes,no}`: `yes` in the run's one writer of shared files (global
+    rank 0 as torchrun/SLURM number it), `no` in the other ranks (`.hydra/`, `cli.log`)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("zoo_run_id"):
+        OmegaConf.register_new_resolver("zoo_run_id", lambda: run_id(), use_cache=True)
+    if not OmegaConf.has_resolver("zoo_count"):  # trainer.devices -> a SLURM task count: 8 -> 8, "auto" -> 1
+        OmegaConf.register_new_resolver("zoo_count", lambda value, default=1: int(value) if str(value).isdigit()
+                                        else default)
+    if not OmegaConf.has_resolver("zoo_writer"):
+        OmegaConf.register_new_resolver("zoo_writer", lambda yes, no=None: yes if is_writer() else no)
+
+
+def config_dirs() -> list[Path]:
+    """The config trees, in the order Hydra searches them: the zoo's own, then `ZOO_CONFIG_PATH` (folders
+    separated by `:`, each laid out like configs/: task/<domain>/<name>.yaml, experiment/...), where a user keeps
+    tasks and presets of their own without editing the zoo (hydra_plugins/zoo_searchpath adds them to Hydra)."""
+    extra = [Path(p).expanduser().resolve() for p in os.environ.get("ZOO_CONFIG_PATH", "").split(os.pathsep) if p]
+    return [CONFIG_DIR, *extra]
+
+
+def config_file(group: str, name: str) -> Path:
+    """The file that `<group>=<name>` picks (the first tree that has it)."""
+    for root in config_dirs():
+        if (root / group / f"{name}.yaml").is_file():
+            return root / group / f"{name}.yaml"
+    return CONFIG_DIR / group / f"{name}.yaml"
+
+
+def options(group: str) -> list[str]:
+    found: set[str] = set()
+    for base in config_dirs():
+        root = base / group
+        if root.is_dir():
+            found.update(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    return sorted(found)
+
+
+def describe(group: str, name: str) -> str:
+    """The first comment line of a config file: its one-line description."""
+    for line in config_file(group, name).read_text().splitlines():
+        if line.startswith("#") and "@package" not in line:
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def compose(overrides: list[str], config_name: str = "train", *, with_hydra: bool = False):  # noqa: ANN201
+    """Compose the config tree once, outside a Hydra app (Hydra's global state is cleared before and after);
+    `with_hydra` keeps the `hydra` node (which sweeper, its settings)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+            return hydra_compose(config_name, overrides=overrides, return_hydra_config=with_hydra)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bool = True) -> None:
+    """Compose once up front so that a bad override fails with one clear line instead of Hydra's report, and check
+    the values' types and the optimizer settings before any work starts.
+
+    Sweep overrides (`a=1,2`) are composed with their first value (an interval with its low end); their values'
+    types are all checked. Continuous ranges (`interval(...)`) pass only to a search sweeper (hparams_search=...).
+    `hparams_search=<name>` becomes `+hparams_search=<name>` in place when train.yaml's defaults do not list the
+    group (Hydra's spelling for a group outside the defaults list); the caller hands the same list to Hydra.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from zoo.core import validate
+
+    _append_search_group(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors
+        raise ZooError(f"cannot parse overrides {overrides}: {_first_line(e)}; write them as key=value, and quote a "
+                       "value holding commas, spaces or brackets: key='a, b' (search ranges: docs/search.md)") from None
+    single = [_single_value(o, sweeps) for o in parsed]
+    try:
+        cfg = compose(single, config_name, with_hydra=True)
+        groups = [t for t, o in zip(single, parsed) if "." not in o.get_key_element() and
+                  o.get_key_element().lstrip("+~") in GROUPS or "/" in o.get_key_element()]
+        base = cfg if groups == single else compose(groups, config_name, with_hydra=True)  # no value overrides
+    except Exception as e:  # noqa: BLE001
+        raise ZooError(explain(e, single)) from None
+    continuous = [o for o in parsed if o.is_sweep_override() and not o.is_discrete_sweep()]
+    if continuous and SEARCH_SWEEPER not in str(_select(cfg, "hydra.sweeper._target_")):
+        o = continuous[0]
+        raise ZooError(f"{o.input_line}: interval() is a continuous range that only a search sweeper can sample; "
+                       f"list the values to try instead, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2, or run a search: "
+                       "-m hparams_search=<task> (docs/search.md)")
+    validate.check_types(parsed, base, GROUPS)
+    validate.check_batch_sizes(cfg)
+    validate.check_optimizers(cfg)
+
+
+def _select(cfg: Any, key: str) -> Any:
+    """OmegaConf.select, None where an interpolation cannot resolve outside a Hydra app."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+
+
+def _single_value(o: Any, sweeps: bool) -> str:
+    """One override to compose with: a sweep's first value, an interval's low end."""
+    from hydra.core.override_parser.types import IntervalSweep
+
+    if not o.is_sweep_override():
+        return o.input_line
+    if not sweeps:
+        raise ZooError(f"{o.input_line} reads as a sweep, but this command runs once; quote a value that holds "
+                       f"commas: {o.get_key_element()}='{o.input_line.partition('=')[2]}'")
+    value = o.value()
+    if isinstance(value, IntervalSweep):
+        low = int(value.start) if float(value.start).is_integer() else value.start
+        return f"{o.get_key_element()}={low!r}"
+    return f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+
+
+def _append_search_group(overrides: list[str]) -> None:
+    """`hparams_search=x` -> `+hparams_search=x` while train.yaml's defaults list has no `hparams_search` entry."""
+    from omegaconf import OmegaConf
+
+    for i, o in enumerate(overrides):
+        if o.startswith("hparams_search="):
+            defaults = OmegaConf.load(CONFIG_DIR / "train.yaml").get("defaults", [])
+            listed = any(isinstance(d, dict) and "hparams_search" in d or
+                         hasattr(d, "keys") and "hparams_search" in d.keys() for d in defaults)
+            if not listed:
+                overrides[i] = "+" + o
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or str(e.__cause__ or "").strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def explain(e: BaseException, overrides: list[str]) -> str:
+    """Hydra's composition error -> one actionable line."""
+    text = f"{e}\n{e.__cause__ or ''}"
+    m = re.search(r"Could not find '([^']+)'", text) or re.search(r"Could not load '([^']+)'", text)
+    if m:
+        path = m.group(1)
+        group, _, name = path.partition("/")
+        if group in GROUPS:
+            avail = options(group)
+            near = difflib.get_close_matches(name, avail, n=1)
+            hint = f"did you mean {group}={near[0]}? " if near else ""
+            return (f"unknown {group} '{name}': {hint}available: {', '.join(avail) or 'none'} "
+                    f"(`python -m zoo list` shows them)")
+    m = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' is not in struct", text)
+    if m:
+        key = m.group(1)
+        return (f"unknown config key '{key}': check its spelling in `python -m zoo train --cfg job`"
+                f"{_did_you_mean(key, overrides)}; use +{key}=... only to add a new key on purpose")
+    m = re.search(r"Could not append to config. An item is already at '([^']+)'", text)
+    if m:
+        return f"'{m.group(1)}' already exists: set it with {m.group(1)}=... (no +)"
+    return f"bad config or override ({_first_line(e)}); see `python -m zoo train --help`"
+
+
+def _did_you_mean(key: str, overrides: list[str]) -> str:
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    rest = [o for o in overrides if not o.lstrip("+~").startswith(key + "=")]
+    try:
+        cfg = compose(rest)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        keys = list(node.keys()) if hasattr(node, "keys") else []
+    except Exception:  # noqa: BLE001 - only a hint
+        return ""
+    if leaf in [str(k) for k in keys]:
+        return f" (it exists, but its value cannot be merged: set its sub-keys, e.g. +{key}.<name>=...)"
+    near = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
+    return f" (did you mean {parent + '.' if parent else ''}{near[0]}?)" if near else ""
+
+
+GROUPS = ("task", "experiment", "trainer", "logger", "callbacks", "hydra", "hparams_search")

@@ -1,0 +1,32 @@
+"""Override strings as the zoo reads them itself: a key's value, merging, what a resume carries over."""
+
+from __future__ import annotations
+
+
+def override_value(overrides: list[str], key: str) -> str | None:
+    for o in overrides:
+        k, sep, v = o.partition("=")
+        if sep and k.lstrip("+") == key:
+            return v.strip("'\"")
+    return None
+
+
+def carried_overrides(overrides: list[str]) -> list[str]:
+    """Overrides of an earlier run worth re-applying: not its checkpoint, run dir or Hydra internals."""
+    return [o for o in overrides if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "run_dir="))]
+
+
+def unquote(value: str) -> str:
+    """`'a, b'` -> `a, b`: the quoting Hydra needed, still accepted where the zoo reads the value itself."""
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def override_key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def merge_overrides(earlier: list[str], later: list[str]) -> list[str]:
+    """Earlier overrides, then later ones, one per key (the later wins): resuming twice with
+    `trainer.max_epochs=20` must not pile up copies, and a repeated `+key=` would fail to compose."""
+    keys = {override_key(o) for o in later}
+    return [o for o in earlier if override_key(o) not in keys] + list(later)

@@ -1,0 +1,126 @@
+"""Resume: `ckpt_path=last|<run dir>|<file>`, checked before Hydra writes anything, and launcher restarts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from zoo.core.naming import output_root
+from zoo.core.overrides import carried_overrides, merge_overrides, override_key, override_value
+from zoo.errors import ZooError
+
+
+def composed_task(overrides: list[str]) -> str:
+    """The task these group choices select, as the composed config says (a preset may set it, not only `task=`)."""
+    from zoo.core.config import compose, explain, register_resolvers
+
+    register_resolvers()
+    try:  # group choices only: one composition (the full override and value checks run once, later)
+        return str(compose(overrides).task.name)
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, as one line
+        raise ZooError(explain(e, overrides)) from None
+
+
+def latest_run_checkpoint(task: str, pattern: str, verb: str) -> Path:
+    """The newest checkpoint matching `pattern` under the task's runs: what `ckpt_path=last` means."""
+    found = sorted((output_root() / task).glob(f"*/checkpoints/{pattern}"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ZooError(f"ckpt_path=last: no earlier run of {task} under {output_root() / task}; {verb} one with "
+                       f"`python -m zoo train task={task}` or pass task=<domain>/<name>")
+    return found[-1]
+
+
+def resolve_resume(overrides: list[str]) -> list[str]:
+    """`ckpt_path=last|<run dir>|<file>` -> continue that run: its overrides, its run dir, its last checkpoint.
+
+    Everything is checked before Hydra starts, because Hydra then writes `.hydra/` into the run directory: a resume
+    that would fail (another task's run, a corrupt file) must not touch that run's files.
+    """
+    value = override_value(overrides, "ckpt_path")
+    if value in (None, "", "null", "None"):
+        return overrides
+    from zoo.core.checkpoint import checkpoint_task, find_last, load_checkpoint
+
+    user = [o for o in overrides if override_key(o) != "ckpt_path"]
+    if value == "last":
+        task = composed_task([o for o in user if override_key(o) in ("task", "experiment")])
+        ckpt = latest_run_checkpoint(task, "last.ckpt", "start")
+    else:
+        path = Path(value).expanduser()
+        if path.is_dir():
+            ckpt = find_last(path)
+            if ckpt is None:
+                raise ZooError(f"{path} holds no checkpoints/last.ckpt; point ckpt_path at a run directory "
+                               "or a .ckpt file")
+        else:
+            ckpt = path
+    saved = load_checkpoint(ckpt)  # fails early, in one line, on a missing or corrupt file
+    task = checkpoint_task(saved, ckpt)
+    ckpt = ckpt.resolve()
+    run_dir = ckpt.parent.parent
+    # The checkpoint carries the overrides of the run that wrote it: the run's own record, which a failed
+    # later command cannot have changed.
+    previous = carried_overrides([str(o) for o in saved["zoo"].get("overrides", [])])
+    in_run = ckpt.parent.name == "checkpoints"
+    merged = merge_overrides(previous, user) if in_run else user
+    asked = composed_task([o for o in merged if override_key(o) in ("task", "experiment")])  # the groups pick the task
+    if asked != task:
+        raise ZooError(f"checkpoint {ckpt} is from task {task}, but these overrides select {asked}; resume it "
+                       f"without the other task's preset, or fine-tune from it with the task's pretrained option")
+    if in_run:
+        return merged + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
+    return user + [f"ckpt_path='{ckpt}'"]
+
+
+def check_resume_task(cfg) -> str | None:  # noqa: ANN001
+    """The checkpoint this job continues: `ckpt_path`, or its run's last.ckpt when a launcher restarted it."""
+    restart = None if cfg.get("ckpt_path") else restart_checkpoint(Path(cfg.run_dir))
+    path = cfg.get("ckpt_path") or restart
+    if not path:
+        return None
+    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+
+    saved = load_checkpoint(path)
+    task = checkpoint_task(saved, path)
+    if restart:
+        logging.getLogger("zoo").warning(
+            "%s already holds this job's run (a torchrun restart, a SLURM requeue, or the same job id again): "
+            "continuing from %s (epoch %s, step %s)", cfg.run_dir, path, saved.get("epoch"), saved.get("global_step"))
+    if task != cfg.task.name:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {cfg.task.name}; resume it with "
+                       f"task={task}, or fine-tune from it with the task's pretrained=<file> option")
+    return str(path)
+
+
+def restart_checkpoint(run_dir: Path) -> Path | None:
+    """A job that torchrun restarted or SLURM requeued continues from its run's last.ckpt, with no new arguments.
+
+    Only runs named by their launcher (torchrun's run id, the SLURM job) can find a run dir already there: the job id
+    names the run, so starting the same id again continues it. (Not torchrun's restart count: an agent whose own
+    worker did not fail restarts its workers with count 0, and every rank must agree on resuming.)"""
+    from zoo.core.naming import launcher_named_run
+
+    # Lightning's own SLURM requeue (SIGUSR1 in an sbatch job) saves hpc_ckpt_<n>.ckpt in the run dir: the newest wins.
+    found = [p for p in [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")] if p.is_file()]
+    if not launcher_named_run() or not found:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def checkpoint_argument(verb: str, rest: list[str]) -> Path:
+    """ckpt_path=<file|run dir|last> -> the checkpoint file (a run dir gives its best) for test, predict, export
+    and serve."""
+    bad = [a for a in rest if a.startswith("-")]
+    if bad:
+        raise ZooError(f"`zoo {verb}` takes key=value overrides only, not {bad[0]}")
+    value = override_value(rest, "ckpt_path")
+    if not value:
+        raise ZooError(f"`zoo {verb}` needs ckpt_path=<file.ckpt|run dir|last> (e.g. outputs/<task>/<run>)")
+    if value == "last":
+        task = composed_task([o for o in rest if override_key(o) in ("task", "experiment")])
+        value = str(latest_run_checkpoint(task, "*.ckpt", "train").parent.parent)
+    path = Path(value).expanduser()
+    if path.is_dir():
+        best = sorted((path / "checkpoints").glob("best*.ckpt")) or sorted(path.glob("best*.ckpt"))
+        path = best[-1] if best else (path / "checkpoints" / "last.ckpt")
+    return path

@@ -1,0 +1,196 @@
+"""The one trainer factory every domain shares: `cfg.trainer` -> `lightning.Trainer`."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+# Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads",
+            "find_unused_parameters", "collective_timeout")
+
+
+def cuda_wanted(accelerator: str) -> bool:
+    return accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+
+def resolve_precision(precision: str | int, accelerator: str = "auto") -> str:
+    """`auto`: bf16-mixed on GPUs with bf16 (Ampere+), 16-mixed with grad scaling on older GPUs, 32-true otherwise."""
+    precision = str(precision)
+    if precision != "auto":
+        return precision
+    if cuda_wanted(accelerator):
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
+
+
+def resolve_benchmark(benchmark: Any, accelerator: str, deterministic: bool) -> bool | None:
+    """cudnn.benchmark `auto`: on for CUDA (fixed input sizes pay), never together with deterministic mode."""
+    if benchmark in (None, "auto"):
+        return bool(cuda_wanted(accelerator) and not deterministic)
+    return bool(benchmark)
+
+
+def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
+    """Plain kwargs for lightning.Trainer from the trainer config (zoo-only keys resolved or removed)."""
+    t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else dict(tcfg)
+    accelerator = str(t.get("accelerator", "auto"))
+    kwargs = {k: v for k, v in t.items() if k not in ZOO_KEYS}
+    kwargs["precision"] = resolve_precision(t.get("precision", "auto"), accelerator)
+    kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
+    strategy = kwargs.get("strategy")
+    if t.get("find_unused_parameters") or t.get("collective_timeout"):
+        processes = device_count(t.get("devices", "auto"), accelerator) * int(t.get("num_nodes") or 1)
+        if strategy in (None, "auto") and processes > 1:
+            strategy = "ddp"  # what Lightning's "auto" picks for several CPU/GPU processes
+    if t.get("find_unused_parameters"):
+        strategy = kwargs["strategy"] = with_find_unused(strategy)
+    if t.get("collective_timeout"):
+        strategy = kwargs["strategy"] = with_timeout(strategy, float(t["collective_timeout"]))
+    if isinstance(strategy, dict):  # e.g. {_target_: lightning.pytorch.strategies.FSDPStrategy, ...}
+        from zoo.base import instantiate
+
+        kwargs["strategy"] = instantiate(strategy)
+    return kwargs
+
+
+def device_count(devices: Any, accelerator: str) -> int:
+    """How many processes per node `devices` means, parsed by Lightning's own accelerator (int, ids, "auto")."""
+    from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+
+    acc = CUDAAccelerator if cuda_wanted(accelerator) else CPUAccelerator
+    if devices in (None, "auto"):
+        return acc.auto_device_count()
+    parsed = acc.parse_devices(devices)
+    return len(parsed) if isinstance(parsed, (list, tuple)) else int(parsed or 0)
+
+
+def with_find_unused(strategy: Any) -> Any:
+    """DDP that tolerates parameters without gradients in a step (a GAN's D step leaves G's unused): Lightning's
+    registered `*_find_unused_parameters_true` names, or the kwarg on a DDPStrategy mapping; others unchanged."""
+    if isinstance(strategy, str) and strategy in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
+        return f"{strategy}_find_unused_parameters_true"
+    if isinstance(strategy, dict) and "DDPStrategy" in str(strategy.get("_target_", "")):
+        return {**strategy, "find_unused_parameters": True}
+    return strategy
+
+
+def with_timeout(strategy: Any, seconds: float) -> Any:
+    """DDP/FSDP whose collectives give up after `seconds` (torch's default: 30 min on gloo, 10 on NCCL): a rank that
+    died or hangs where no watcher sees it (another node, a stuck peer) ends the survivors in bounded time, with the
+    error `zoo.core.ddp.peer_failure` turns into one line. Registered names become the same strategy built with the
+    timeout; a `{_target_: ...DDPStrategy|FSDPStrategy}` mapping gets the keyword; others stay as they are."""
+    timeout = {"_target_": "datetime.timedelta", "seconds": seconds}
+    if isinstance(strategy, str) and strategy.startswith(("ddp", "fsdp")):
+        from lightning.pytorch.strategies import StrategyRegistry
+
+        if strategy in StrategyRegistry:
+            entry = StrategyRegistry[strategy]
+            cls = entry["strategy"]
+            return {"_target_": f"{cls.__module__}.{cls.__qualname__}", **entry["init_params"], "timeout": timeout}
+    target = str(strategy.get("_target_", "")) if isinstance(strategy, dict) else ""
+    if any(s in target for s in ("DDPStrategy", "FSDPStrategy")):
+        return {"timeout": timeout, **strategy}  # a timeout the mapping sets itself wins
+    return strategy
+
+
+def apply_global_switches(tcfg: DictConfig) -> None:
+    """Process-wide numerics switches, set before any model is built."""
+    threads = tcfg.get("num_threads")
+    if threads:  # several processes sharing few cores run far faster with fewer intra-op threads each
+        torch.set_num_threads(int(threads))
+    prec = tcfg.get("float32_matmul_precision")
+    if prec:
+        torch.set_float32_matmul_precision(str(prec))  # "high" lets Ampere+ use TF32 for fp32 matmuls
+
+
+# Console lines Lightning prints that are wrong or beside the point for a zoo run, each dropped for a reason:
+NOISE_WARNINGS = (
+    # torch 2.14 deprecates LeafSpec and Lightning 2.6's own _pytree still builds one: nothing the user can change
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+    # false for zoo runs: Lightning logs every log_every_n_steps *global* steps, so epochs shorter than the interval
+    # still log (tests/test_trainer.py checks the TensorBoard steps)
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+)
+NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class DropTips(logging.Filter):
+    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip")
+
+
+def quiet_framework_noise() -> None:
+    for pattern in NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in NOISE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropTips) for f in logger.filters):
+            logger.addFilter(DropTips())
+
+
+def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list | None = None) -> Any:
+    """cfg.trainer + ready callbacks/loggers -> lightning.Trainer (with atomic checkpoint IO)."""
+    import lightning.pytorch as pl
+
+    from zoo.core.checkpoint import AtomicCheckpointIO
+
+    quiet_framework_noise()
+    kwargs = trainer_kwargs(cfg.trainer)
+    if kwargs.get("enable_progress_bar") is False:
+        from lightning.pytorch.callbacks import ProgressBar
+
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not loggers:
+        # LearningRateMonitor refuses to run without a logger.
+        from lightning.pytorch.callbacks import LearningRateMonitor
+
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    trainer = pl.Trainer(
+        **kwargs,
+        callbacks=callbacks,
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO(), *(plugins or [])],
+        default_root_dir=str(cfg.run_dir),
+    )
+    log.info("trainer: accelerator=%s devices=%s strategy=%s precision=%s",
+             type(trainer.accelerator).__name__, trainer.num_devices, type(trainer.strategy).__name__,
+             kwargs["precision"])
+    return trainer
+
+
+def prepare_module(module: Any, tcfg: DictConfig) -> Any:
+    """channels_last and torch.compile switches, applied to the module before fit."""
+    if tcfg.get("channels_last"):
+        module = module.to(memory_format=torch.channels_last)
+    if tcfg.get("compile"):
+        compile_networks(module)
+    return module
+
+
+def compile_networks(module: torch.nn.Module) -> list[str]:
+    """Compile, in place, each network the module holds (its direct children with parameters and a forward).
+
+    Not `torch.compile(lightning_module)`: Lightning then compiles training_step/validation_step too, where
+    `self.log` and torchmetrics' Python counters recompile the graph on every step until dynamo's cache limit. In place
+    (`nn.Module.compile`), state-dict keys stay as they are (no `_orig_mod.`), so checkpoints load either way; the
+    manual-optimisation tasks (GAN, PPO), which call their networks directly, get them compiled as well.
+    """
+    from torchmetrics import Metric
+
+    compiled = []
+    for name, child in module.named_children():
+        skip = isinstance(child, (Metric, torch.nn.ModuleDict, torch.nn.ModuleList))
+        if not skip and any(True for _ in child.parameters()):
+            child.compile()
+            compiled.append(name)
+    log.info("torch.compile: %s", ", ".join(compiled) or "nothing (no networks with parameters)")
+    return compiled

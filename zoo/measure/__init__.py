@@ -1,0 +1,1 @@
+"""Measured once, used everywhere: FLOPs, device peaks, energy, throughput, the environment."""

@@ -1,0 +1,102 @@
+"""`python -m zoo test|predict ckpt_path=...`: evaluate a checkpoint, or one JSON line per input."""
+
+from __future__ import annotations
+
+import json
+
+from omegaconf import DictConfig
+
+from zoo.core.build import build_callbacks_and_loggers, build_checked_data, has_test_data, load_module, start
+from zoo.core.naming import output_root
+from zoo.core.overrides import carried_overrides, override_key, override_value, unquote
+from zoo.core.resume import checkpoint_argument
+from zoo.errors import ZooError
+from zoo.kit.hooks import find_hooks
+from zoo.verbs.train import scalars
+
+
+def _evaluate(verb: str, rest: list[str]) -> None:
+    from datetime import datetime
+
+    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+
+    path = checkpoint_argument(verb, rest)
+    ckpt = load_checkpoint(path)
+    task = checkpoint_task(ckpt, path)
+    asked = override_value(rest, "task")
+    if asked and asked != task:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
+                       "checkpoint")
+    # The input is free text (a sentence with commas, a path with brackets): it never goes through Hydra's grammar.
+    text_input = next((unquote(o.partition("=")[2]) for o in rest if override_key(o) == "input"), None)
+    user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "input")]
+    # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
+    user = [f"+{o}" if o.startswith("predict.") else o for o in user]
+    # Training-time device settings (DDP, 8 GPUs) are not the evaluation's: only explicit ones apply.
+    carried = [o for o in carried_overrides(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    run_dir = output_root() / task / f"{verb}_{stamp}"
+    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
+    if verb == "predict":
+        overrides.append("logger=none")
+    from zoo.core.config import check_overrides, compose, register_resolvers
+
+    register_resolvers()
+    check_overrides(overrides, sweeps=False)
+    cfg = compose(overrides)
+    if text_input is not None:
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.input = text_input
+
+    if verb == "test":
+        test(cfg, str(path))
+    else:
+        predict(cfg, str(path))
+
+
+def test(cfg: DictConfig, ckpt_path: str) -> dict:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from zoo.core.trainer import build_trainer, prepare_module
+
+    start(cfg)
+    module = load_module(cfg, ckpt_path)
+    datamodule = build_checked_data(cfg, module)
+    if not has_test_data(datamodule, module):
+        raise ZooError(f"task {cfg.task.name} has no test data to evaluate {ckpt_path} on")
+    callbacks, loggers = build_callbacks_and_loggers(cfg, [])
+    callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+    trainer = build_trainer(cfg, callbacks, loggers)
+    results = trainer.test(prepare_module(module, cfg.trainer), datamodule=datamodule)
+    metrics = results[0] if results else {}
+    if trainer.is_global_zero:
+        print(json.dumps({"checkpoint": str(ckpt_path), **scalars(metrics)}), flush=True)
+    return metrics
+
+
+def predict(cfg: DictConfig, ckpt_path: str) -> None:
+    """One JSON line per input. The task's predict function drives the module itself (no Trainer: it reads files,
+    text or an environment), so of the trainer switches only the process-wide ones and channels_last apply here;
+    torch.compile would hand it a wrapper without the module's own methods."""
+    import torch
+
+    from zoo.core.trainer import prepare_module
+
+    start(cfg)
+    module = load_module(cfg, ckpt_path)
+    if cfg.trainer.get("channels_last"):
+        module = prepare_module(module, {"channels_last": True})
+    fn = find_hooks(cfg.task).need("predict", "predict")
+    with torch.inference_mode():
+        for row in fn(module, cfg, cfg.get("input")):
+            print(json.dumps(row), flush=True)
+
+
+def test_main(rest: list[str]) -> None:
+    _evaluate("test", rest)
+
+
+def predict_main(rest: list[str]) -> None:
+    _evaluate("predict", rest)

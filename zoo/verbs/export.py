@@ -1,0 +1,385 @@
+"""`python -m zoo export`: a checkpoint -> ONNX / TorchScript / ExportedProgram + model.json, parity-checked.
+
+The verb knows no domain. The task's config names a deploy module (`task.deploy: vision.deploy`) that provides:
+
+    FORMATS                                   formats the task exports, e.g. ("onnx", "torchscript")
+    EXPORTER                                  "dynamo" or "torchscript": how torch.onnx.export runs for it
+    export_graph(module) -> Graph             the nn.Module to export, input/output names, dynamic axes
+    example_batches(module, cfg, n)           real inputs from the task's data: a list of Examples
+    metadata(module, cfg) -> dict             model.json's task part: pre-processing, output meaning, labels
+    extra_files(module) -> {name: bytes}      files written beside the model (the tokenizer); may be empty
+    parity(ref, out) -> dict                  max_abs_diff, agreement, tolerance, ok (zoo.kit.deploy.compare helps)
+    score(outputs, targets) -> (name, value)  the task metric on these examples, or None
+
+plus the serving hooks that zoo/serve.py calls (`handler(...)`). Everything is written into a temp folder beside
+the target and renamed into place at the end: a failed export (exporter error, parity beyond tolerance) leaves
+nothing behind and an earlier export untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.core.resume import checkpoint_argument
+from zoo.errors import ZooError
+from zoo.kit.deploy import Examples, Graph
+from zoo.kit.hooks import find_hooks
+
+log = logging.getLogger("zoo")
+
+FILES = {"onnx": "model.onnx", "torchscript": "model.ts", "exported_program": "model.pt2"}
+QUANTIZE = ("none", "int8")
+OPSET = 18
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------- engines
+def require(package: str, what: str) -> Any:
+    """Heavy engines are optional: one line naming the package when one is missing."""
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        pip = {"onnxruntime": "onnxruntime", "onnx": "onnx", "onnxscript": "onnxscript"}.get(package, package)
+        raise ZooError(f"{what} needs the '{pip}' package, which is not installed; "
+                       f"pip install {pip} (or pip install -e '.[deploy]')") from None
+
+
+def ort_session(path: Path, threads: int | None = None) -> Any:
+    ort = require("onnxruntime", "running an ONNX model")
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def numpy_outputs(out: Any) -> list[np.ndarray]:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.detach().cpu().numpy() if hasattr(o, "detach") else np.asarray(o) for o in outs]
+
+
+class Runner:
+    """Runs an exported file on numpy inputs: ONNX Runtime for .onnx, torch for TorchScript / ExportedProgram."""
+
+    def __init__(self, path: Path, fmt: str, inputs: list[str], threads: int | None = None) -> None:
+        self.fmt, self.inputs = fmt, inputs
+        if fmt == "onnx":
+            self.session = ort_session(path, threads)
+        else:
+            import warnings
+
+            import torch
+
+            with warnings.catch_warnings():  # torch.jit.load's deprecation notice: TorchScript is what was asked for
+                warnings.simplefilter("ignore", FutureWarning)
+                self.model = torch.jit.load(str(path)) if fmt == "torchscript" else \
+                    torch.export.load(str(path)).module()
+
+    def __call__(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if self.fmt == "onnx":
+            return self.session.run(None, dict(zip(self.inputs, arrays)))
+        import torch
+
+        with torch.inference_mode():
+            return numpy_outputs(self.model(*[torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]))
+
+
+# ---------------------------------------------------------------------------------------------- writing
+def write_model(graph: Graph, example: tuple, fmt: str, path: Path, exporter: str) -> None:
+    """Export `graph` to `path` in `fmt`; an exporter failure is one ZooError naming the way out."""
+    import torch
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), torch.no_grad():
+            if fmt == "onnx":
+                torch.onnx.export(graph.module, example, str(path), input_names=graph.inputs,
+                                  output_names=graph.outputs, dynamic_axes=graph.dynamic or None,
+                                  dynamo=exporter == "dynamo", opset_version=OPSET if exporter == "dynamo" else 17,
+                                  external_data=False)
+            elif fmt == "torchscript":
+                torch.jit.save(torch.jit.trace(graph.module, example, check_trace=False), str(path))
+            else:
+                dims = tuple({axis: torch.export.Dim.AUTO for axis in graph.dynamic.get(name, {})}
+                             for name in graph.inputs)
+                torch.export.save(torch.export.export(graph.module, example, dynamic_shapes=dims), str(path))
+    except Exception as e:  # noqa: BLE001 - the exporters raise many kinds; the user needs the first line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        hint = "try export.exporter=torchscript or export.format=torchscript" if fmt == "onnx" else \
+            "try export.format=onnx"
+        raise ZooError(f"{fmt} export failed ({type(e).__name__}: {first}); {hint}") from None
+    if fmt == "onnx":
+        onnx = require("onnx", "checking an ONNX export")
+        onnx.checker.check_model(str(path), full_check=True)
+
+
+def quantize_int8(src: Path, dst: Path, mode: str, names: list[str], batches: list[Examples]) -> str:
+    """ONNX Runtime int8: "dynamic" (int8 weights, activations quantized at run time: pays for MatMul-heavy models)
+    or "static" (QDQ, per-channel weights, activation ranges calibrated on the real example batches: what CNNs need,
+    since dynamic ConvInteger runs slower than fp32 convolutions). Returns the description for model.json."""
+    require("onnxruntime", "export.quantize=int8")
+    from onnxruntime import quantization as q
+
+    root = logging.getLogger()
+    level, root.level = root.level, max(root.level, logging.ERROR)  # ORT's "consider pre-processing" notices
+    try:
+        return _quantize(q, src, dst, mode, names, batches)
+    finally:
+        root.setLevel(level)  # only for the quantizer: the zoo's own warnings after it still reach the console
+
+
+def _quantize(q: Any, src: Path, dst: Path, mode: str, names: list[str], batches: list[Examples]) -> str:
+    if mode == "dynamic":
+        q.quantize_dynamic(str(src), str(dst), weight_type=q.QuantType.QInt8)
+        return "dynamic (int8 weights, activations quantized at run time)"
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{n: t.cpu().numpy() for n, t in zip(names, b.inputs)} for b in batches])
+
+        def get_next(self) -> dict | None:
+            return next(self.feeds, None)
+
+    q.quantize_static(str(src), str(dst), Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    n = sum(len(b.inputs[0]) for b in batches)
+    return f"static (QDQ, per-channel int8 weights, uint8 activations calibrated on {n} validation examples)"
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def io_spec(names: list[str], arrays: list[np.ndarray], dynamic: dict[str, dict[int, str]]) -> list[dict]:
+    """[{name, shape (dynamic axes by name), dtype}] from example arrays."""
+    out = []
+    for name, a in zip(names, arrays):
+        dyn = dynamic.get(name, {})
+        out.append({"name": name, "shape": [dyn.get(i, int(s)) for i, s in enumerate(a.shape)], "dtype": str(a.dtype)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- parity
+
+
+def run_parity(deploy: Any, graph: Graph, batches: list[Examples], runner: Runner) -> dict:
+    """Every example batch through PyTorch and the exported model, and the first example alone; the worst
+    difference, the mean agreement (weighted by batch size) and the task metric of both."""
+    import torch
+
+    results, refs, outs, targets = [], [], [], []
+    with torch.inference_mode():
+        for b in batches:
+            ref = numpy_outputs(graph.module(*b.inputs))
+            out = runner([t.cpu().numpy() for t in b.inputs])
+            results.append((len(b.inputs[0]), deploy.parity(ref, out)))
+            refs.append(ref)
+            outs.append(out)
+            targets.append(b.targets)
+        # The first example alone as well: a batch size the export was not traced with (a baked-in batch shows here).
+        one = tuple(t[:1] for t in batches[0].inputs)
+        single = deploy.parity(numpy_outputs(graph.module(*one)), runner([t.cpu().numpy() for t in one]))
+    n = sum(k for k, _ in results)
+    results.append((0, single))
+    summary = {"examples": n, "max_abs_diff": max(r["max_abs_diff"] for _, r in results),
+               "agreement": round(sum(k * r["agreement"] for k, r in results) / n, 6),
+               "tolerance": results[0][1]["tolerance"], "ok": all(r["ok"] for _, r in results)}
+    if all(t is not None for t in targets):
+        torch_score, export_score = deploy.score(refs, targets), deploy.score(outs, targets)
+        if torch_score is not None:
+            summary["metric"] = {"name": torch_score[0], "torch": torch_score[1], "exported": export_score[1]}
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------- the verb
+def check_options(opts: dict, deploy: Any, task: str) -> tuple[str, str, str]:
+    fmt = str(opts.get("format", "onnx"))
+    native = getattr(deploy, "NATIVE", {})
+    if fmt not in FILES and fmt not in native:
+        raise ZooError(f"unknown export.format={fmt}; use one of {', '.join([*FILES, *native])}")
+    if fmt in native:
+        return fmt, "none", "native"
+    if fmt not in deploy.FORMATS:
+        raise ZooError(f"task {task} does not export to {fmt} ({getattr(deploy, 'WHY_NOT', {}).get(fmt, '')}); "
+                       f"use export.format={' or '.join(deploy.FORMATS)}")
+    quant = str(opts.get("quantize", "none"))
+    if quant not in QUANTIZE:
+        raise ZooError(f"unknown export.quantize={quant}; use none or int8")
+    if quant == "int8" and fmt != "onnx":
+        raise ZooError(f"export.quantize=int8 is ONNX Runtime quantization; use it with export.format=onnx, not {fmt}")
+    samples = str(opts.get("samples", 256))
+    if not samples.isdigit() or int(samples) < 1:
+        raise ZooError(f"export.samples={samples} must be a positive integer (real inputs for the parity check)")
+    exporter = str(opts.get("exporter", deploy.EXPORTER))
+    if exporter not in ("dynamo", "torchscript"):
+        raise ZooError(f"unknown export.exporter={exporter}; use dynamo or torchscript")
+    return fmt, quant, exporter
+
+
+def out_dir(opts: dict, ckpt_path: Path) -> Path:
+    """export.out, else <run dir>/export (the checkpoint's run, or its own folder for a loose .ckpt)."""
+    if opts.get("out"):
+        return Path(str(opts["out"])).expanduser().resolve()
+    ckpt_path = ckpt_path.resolve()
+    run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+    return run / "export"
+
+
+def staging_dir(out: Path) -> Path:
+    """A temp folder beside `out` (same file system, so the final rename is atomic); fails early, in one line."""
+    if out.exists() and not out.is_dir():
+        raise ZooError(f"export.out={out} is a file; pass a folder path (it is created)")
+    if out.is_dir() and any(out.iterdir()) and not (out / "model.json").is_file():
+        raise ZooError(f"export.out={out} is a folder with other files in it; pass a new or empty folder, or an "
+                       "earlier export's folder (it is replaced)")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise ZooError(f"cannot write the export to {out} ({e.strerror or e}); pass a writable export.out=<folder>") \
+            from None
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Rename the finished temp folder into place; an earlier export there is replaced only now."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the export is an ordinary folder
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
+    """The whole verb once the config is composed; returns the export folder."""
+    import torch
+
+    from zoo import __version__
+    from zoo.core.build import load_module, start
+
+    opts = dict(cfg.get("export") or {})
+    hooks = find_hooks(cfg.task)
+    deploy = hooks.need("deploy", "export")
+    fmt, quant, exporter = check_options(opts, deploy, cfg.task.name)
+    out = out_dir(opts, Path(ckpt_path))
+    if exporter == "native":  # the task's own format (nlp: a Hugging Face folder); written by the task, no parity run
+        start(cfg)
+        path = deploy.NATIVE[fmt](load_module(cfg, ckpt_path), out)
+        print(f"zoo: exported {cfg.task.name} as {fmt} to {path}", flush=True)
+        return path
+    tmp = staging_dir(out)
+    try:
+        start(cfg)
+        module = load_module(cfg, ckpt_path)
+        graph = deploy.export_graph(module)
+        graph.module.eval()
+        batches = deploy.example_batches(module, cfg, int(opts.get("samples", 256)))
+        path = tmp / FILES[fmt]
+        write_model(graph, batches[0].inputs, fmt, path, exporter)
+        parity = run_parity(deploy, graph, batches, Runner(path, fmt, graph.inputs))
+        report = {"fp32" if fmt == "onnx" else fmt: parity}
+        if not parity["ok"]:
+            raise ZooError(f"parity check failed: the exported model differs from PyTorch by "
+                           f"{parity['max_abs_diff']:.3g} > tolerance {parity['tolerance']:g} on real inputs "
+                           f"(agreement {parity['agreement']:.4f}); nothing was written")
+        if quant == "int8":
+            q = tmp / "model.int8.onnx"
+            how = quantize_int8(path, q, getattr(deploy, "QUANTIZATION", "dynamic"), graph.inputs, batches)
+            report["int8"] = run_parity(deploy, graph, batches, Runner(q, "onnx", graph.inputs))
+            report["int8"]["ok"] = None  # int8 is judged by its metric change, not by a tolerance
+            report["int8"]["quantization"] = how
+            os.replace(q, path)
+        for name, data in deploy.extra_files(module).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+        first = batches[0].inputs
+        with torch.inference_mode():
+            ref = numpy_outputs(graph.module(*first))
+        meta = {
+            "task": cfg.task.name, "package": hooks.package, "deploy_hooks": deploy.__name__,
+            "format": fmt, "file": FILES[fmt], "quantize": quant,
+            "exporter": exporter if fmt == "onnx" else None, "opset": (OPSET if exporter == "dynamo" else 17)
+            if fmt == "onnx" else None,
+            "inputs": io_spec(graph.inputs, [t.cpu().numpy() for t in first], graph.dynamic),
+            "outputs": io_spec(graph.outputs, ref, graph.dynamic),
+            **deploy.metadata(module, cfg),
+            "parity": report,
+            "zoo_version": __version__, "torch_version": torch.__version__,
+            "checkpoint": {"path": str(Path(ckpt_path).resolve()), "sha256": sha256(Path(ckpt_path))},
+        }
+        (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    summarize(out, meta)
+    return out
+
+
+def summarize(out: Path, meta: dict) -> None:
+    lines = ["", f"zoo: exported {meta['task']} -> {out / meta['file']} ({meta['format']}"
+             f"{', int8' if meta['quantize'] == 'int8' else ''})"]
+    for name, p in meta["parity"].items():
+        metric = p.get("metric")
+        extra = f", {metric['name']} torch {metric['torch']:.4f} vs {metric['exported']:.4f}" if metric else ""
+        judged = f"tolerance {p['tolerance']:g}" if p["ok"] is not None else "int8: judged by the metric"
+        lines.append(f"  parity {name:<11} {p['examples']} real examples: max abs diff {p['max_abs_diff']:.3g} "
+                     f"({judged}), agreement {p['agreement']:.4f}{extra}")
+    lines.append(f"  model.json:      {out / 'model.json'}")
+    lines.append(f"  serve it:        python -m zoo serve ckpt_path={out}")
+    print("\n".join(lines), flush=True)
+
+
+def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (DictConfig, checkpoint dict)
+    """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys."""
+    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+    from zoo.core.config import check_overrides, compose, register_resolvers
+
+    ckpt = load_checkpoint(path)
+    task = checkpoint_task(ckpt, path)
+    asked = override_value(rest, "task")
+    if asked and asked != task:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
+                       "checkpoint")
+    user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "experiment")]
+    user = [f"+{o}" if o.startswith(f"{verb}.") else o for o in user]
+    carried = [o for o in carried_overrides(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
+    run_dir = path.resolve().parent.parent if path.resolve().parent.name == "checkpoints" else path.resolve().parent
+    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir}'", f"ckpt_path='{path.resolve()}'",
+                 "logger=none"]
+    register_resolvers()
+    check_overrides(overrides, sweeps=False)
+    return compose(overrides), ckpt
+
+
+def main(rest: list[str]) -> None:
+    from zoo.verbs.export import export
+
+    path = checkpoint_argument("export", rest)
+    cfg, ckpt = deploy_config("export", rest, path)
+    export(cfg, str(path), ckpt)

@@ -1,0 +1,40 @@
+"""`python -m zoo list [task]`: tasks, presets, searches, launchers; a task's model names."""
+
+from __future__ import annotations
+
+from zoo.errors import ZooError
+
+
+def main(rest: list[str]) -> None:
+    from zoo.core.config import describe, options
+
+    if rest:
+        return _list_task(rest[0])
+    print("tasks (task=...):")
+    for name in options("task"):
+        print(f"  {name:<22} {describe('task', name)}")
+    print("experiment presets (experiment=...):")
+    for name in options("experiment"):
+        print(f"  {name:<22} {describe('experiment', name)}")
+    print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
+    print("searches (-m hparams_search=...): " + ", ".join(options("hparams_search")))
+    print("launchers (hydra/launcher=...): " + ", ".join(n for n in options("hydra/launcher")))
+    print("`python -m zoo list <task>` shows a task's model names")
+
+
+def _list_task(task: str) -> None:
+    from omegaconf import OmegaConf
+
+    from zoo.core.config import config_file, options
+    from zoo.kit.hooks import find_hooks
+
+    if task not in options("task"):
+        raise ZooError(f"unknown task '{task}': available: {', '.join(options('task'))}")
+    cfg = OmegaConf.load(config_file("task", task))
+    models = find_hooks(cfg.task).models
+    if models is None:
+        print(f"{task}: no model list")
+        return
+    print(f"models for {task} (task.module.arch=... or the task's model option):")
+    for name in models():
+        print(f"  {name}")

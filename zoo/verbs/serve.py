@@ -1,0 +1,318 @@
+"""`python -m zoo serve`: HTTP inference with dynamic batching, on 127.0.0.1 only.
+
+FastAPI + uvicorn with a small batcher of our own, not LitServe: LitServe 0.2.19 answered SIGTERM with exit code 143
+and left its two inference worker processes running (measured here); a stop must drain and exit 0.
+uvicorn's graceful shutdown finishes the in-flight requests; the batcher keeps running until they are answered.
+
+The verb knows no domain: the task's deploy module provides `Handler(meta, folder, module)` with `content_types`,
+`pad` (padding value per input for variable-length axes), `decode(body, content_type) -> {input: array (k, ...)}`
+and `encode(outputs for those k examples, inputs) -> JSON`. Requests are concatenated along the batch axis up to
+serve.max_batch_size examples (waiting at most serve.batch_timeout_ms), run once, and split back.
+"""
+
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.core.overrides import override_value
+from zoo.core.resume import checkpoint_argument
+from zoo.errors import ZooError
+from zoo.kit.deploy import BadRequest
+from zoo.kit.hooks import find_hooks
+from zoo.verbs.export import deploy_config
+
+log = logging.getLogger("zoo")
+
+OPTIONS = {"port": 8000, "backend": None, "max_batch_size": 32, "batch_timeout_ms": 5.0, "max_body_mb": 10.0,
+           "threads": None, "workers": 1}
+HOST = "127.0.0.1"  # loopback only: put a real proxy in front to expose it
+
+
+
+
+
+
+def serve_options(rest: list[str]) -> dict:
+    """serve.<key>=<value> from the command line (for an export folder, where no config is composed)."""
+    opts: dict[str, Any] = {}
+    for o in rest:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "ckpt_path":
+            continue
+        if not key.startswith("serve."):
+            raise ZooError(f"`zoo serve` of an export folder takes serve.<option>=... only, not {o}")
+        opts[key[6:]] = value
+    return opts
+
+
+def check_options(opts: dict) -> dict:
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        known = ", ".join("serve." + k for k in OPTIONS)
+        raise ZooError(f"unknown serve option serve.{unknown[0]}; use one of {known}")
+    out = {**OPTIONS, **{k: v for k, v in opts.items() if v is not None}}
+    try:
+        out["port"], out["max_batch_size"], out["workers"] = int(out["port"]), int(out["max_batch_size"]), \
+            int(out["workers"])
+        out["batch_timeout_ms"], out["max_body_mb"] = float(out["batch_timeout_ms"]), float(out["max_body_mb"])
+        out["threads"] = int(out["threads"]) if out["threads"] not in (None, "null") else None
+    except ValueError as e:
+        raise ZooError(f"a serve option is not a number ({e}); e.g. serve.port=8000 serve.max_batch_size=32") from None
+    if not 0 < out["port"] < 65536 or out["max_batch_size"] < 1:
+        raise ZooError("serve.port must be 1..65535 and serve.max_batch_size >= 1")
+    if out["workers"] != 1:
+        raise ZooError("serve.workers=1 only for now (one process batches all requests); for more, start one server "
+                       "per port behind a proxy")
+    if out["backend"] not in (None, "torch", "onnxruntime"):
+        raise ZooError(f"unknown serve.backend={out['backend']}; use torch or onnxruntime")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- backends
+def from_export(folder: Path, backend: str | None, threads: int | None) -> tuple[dict, Any, Callable]:
+
+    from zoo.verbs.export import Runner
+
+    meta = json.loads((folder / "model.json").read_text())
+    fmt = meta["format"]
+    wanted = "onnxruntime" if fmt == "onnx" else "torch"
+    if backend not in (None, wanted):
+        raise ZooError(f"{folder} holds a {fmt} export, which runs on {wanted}, not serve.backend={backend}; export "
+                       f"the other format, or serve the checkpoint itself for serve.backend=torch")
+    # model.json names the task's package (older exports only the task: its domain is the package)
+    package = meta.get("package") or meta["task"].split("/")[0]
+    named = {"deploy": meta["deploy_hooks"]} if meta.get("deploy_hooks") else None
+    deploy = find_hooks(package=package, name=meta["task"], named=named).need("deploy", "serve")
+    names = [i["name"] for i in meta["inputs"]]
+    runner = Runner(folder / meta["file"], fmt, names, threads)
+    return {**meta, "backend": wanted}, deploy.Handler(meta, folder, None), \
+        lambda arrays: runner([arrays[n] for n in names])
+
+
+def from_checkpoint(cfg: Any, ckpt_path: str, backend: str | None, threads: int | None) -> tuple:
+    import torch
+
+    from zoo.core.build import load_module, start
+    from zoo.verbs.export import numpy_outputs
+
+    if backend == "onnxruntime":
+        export = Path(ckpt_path).resolve().parent.parent / "export"
+        if (export / "model.json").is_file() and json.loads((export / "model.json").read_text())["format"] == "onnx":
+            return from_export(export, backend, threads)
+        raise ZooError(f"serve.backend=onnxruntime serves an ONNX export; run `python -m zoo export "
+                       f"ckpt_path={ckpt_path}` first, then `python -m zoo serve ckpt_path=<run dir>/export`")
+    start(cfg)
+    if threads:
+        torch.set_num_threads(threads)
+    module = load_module(cfg, ckpt_path)
+    deploy = find_hooks(cfg.task).need("deploy", "serve")
+    graph = deploy.export_graph(module)
+    graph.module.eval()
+    meta = {"task": cfg.task.name, "format": "checkpoint", "backend": "torch", "checkpoint": str(ckpt_path),
+            "inputs": [{"name": n} for n in graph.inputs], "outputs": [{"name": n} for n in graph.outputs],
+            **deploy.metadata(module, cfg)}
+
+    def infer(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        with torch.inference_mode():
+            return numpy_outputs(graph.module(*[torch.from_numpy(arrays[n]) for n in graph.inputs]))
+
+    return meta, deploy.Handler(meta, None, module), infer
+
+
+# ---------------------------------------------------------------------------------------------- batching
+def pad_concat(arrays: list[np.ndarray], value: float) -> np.ndarray:
+    """Concatenate along axis 0, padding every other axis to the longest with `value`."""
+    shape = [max(a.shape[i] for a in arrays) for i in range(1, arrays[0].ndim)]
+    out = []
+    for a in arrays:
+        pad = [(0, 0)] + [(0, s - d) for s, d in zip(shape, a.shape[1:])]
+        out.append(np.pad(a, pad, constant_values=value) if any(p for _, p in pad) else a)
+    return np.concatenate(out)
+
+
+class Batcher:
+    """Collects requests for up to `timeout` seconds or `max_batch` examples, runs them as one batch in a worker
+    thread (the event loop keeps accepting), and hands each request its slice of the outputs."""
+
+    def __init__(self, infer: Callable, pad: dict[str, float], max_batch: int, timeout: float) -> None:
+        self.infer, self.pad, self.max_batch, self.timeout = infer, pad, max_batch, timeout
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.batches = 0
+
+    async def submit(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        fut = asyncio.get_running_loop().create_future()
+        await self.queue.put((inputs, fut))
+        return await fut
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            items = [await self.queue.get()]
+            count = len(next(iter(items[0][0].values())))
+            deadline = loop.time() + self.timeout
+            while count < self.max_batch:
+                try:
+                    items.append(await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time())))
+                except TimeoutError:
+                    break
+                count += len(next(iter(items[-1][0].values())))
+            names = list(items[0][0])
+            arrays = {n: pad_concat([i[n] for i, _ in items], self.pad.get(n, 0)) for n in names}
+            try:
+                outputs = await loop.run_in_executor(None, self.infer, arrays)
+            except Exception as e:  # noqa: BLE001 - answered as a 500 for these requests; the server goes on
+                for _, fut in items:
+                    fut.set_exception(e)
+                continue
+            self.batches += 1
+            start = 0
+            for inputs, fut in items:
+                k = len(next(iter(inputs.values())))
+                fut.set_result([o[start:start + k] for o in outputs])
+                start += k
+
+
+# ---------------------------------------------------------------------------------------------- the app
+def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    state: dict[str, Any] = {}
+    limit = int(opts["max_body_mb"] * 1024 * 1024)
+
+    @asynccontextmanager
+    async def lifespan(app: Any):  # noqa: ANN202
+        batcher = Batcher(infer, handler.pad, opts["max_batch_size"], opts["batch_timeout_ms"] / 1000)
+        state["batcher"], task = batcher, asyncio.create_task(batcher.run())
+        yield
+        task.cancel()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": " ".join(str(message).split())}, status_code=status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}; use POST /predict, "
+                                      "GET /health or GET /metadata")
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "task": meta["task"], "backend": meta["backend"]}
+
+    @app.get("/metadata")
+    async def metadata() -> dict:
+        return meta
+
+    @app.post("/predict")
+    async def predict(request: Request) -> JSONResponse:
+        started = time.perf_counter()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            return error(413, f"body of {int(declared)} bytes exceeds serve.max_body_mb={opts['max_body_mb']:g}")
+        try:
+            if ctype == "multipart/form-data" and "application/json" not in handler.content_types:
+                body, ctype = await _first_file(request)
+            else:
+                body = await _read(request, limit)
+            if not any(ctype.startswith(t) for t in handler.content_types):
+                accepted = " or ".join(t + ("*" if t.endswith("/") else "") for t in handler.content_types)
+                raise BadRequest(415, f"content type '{ctype or 'none'}' is not accepted; send {accepted}")
+            inputs = handler.decode(body, ctype)
+        except BadRequest as e:
+            return error(e.status, str(e))
+        try:
+            outputs = await state["batcher"].submit(inputs)
+            result = handler.encode(outputs, inputs)
+        except Exception as e:  # noqa: BLE001 - one line for the client; the traceback goes to the log
+            log.exception("inference failed")
+            return error(500, f"inference failed ({type(e).__name__}: {e})")
+        return JSONResponse({**result, "latency_ms": round(1000 * (time.perf_counter() - started), 2)})
+
+    return app
+
+
+async def _read(request: Any, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, f"body exceeds serve.max_body_mb={limit / 2**20:g}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _first_file(request: Any) -> tuple[bytes, str]:
+    form = await request.form()
+    for value in form.values():
+        if hasattr(value, "read"):
+            return await value.read(), (value.content_type or "application/octet-stream").lower()
+    raise BadRequest(400, "the multipart form holds no file; upload one, e.g. curl -F file=@image.png")
+
+
+def check_port(port: int) -> None:
+    """Fail in one line before loading the model when the port is taken (uvicorn would log and exit 3)."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT does not count
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            raise ZooError(f"cannot listen on {HOST}:{port} ({e.strerror or e}); pick a free serve.port=") from None
+
+
+def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path: str | None = None) -> None:
+    from zoo.verbs.export import require
+
+    require("fastapi", "zoo serve")
+    uvicorn = require("uvicorn", "zoo serve")
+    opts = check_options(dict(opts))
+    check_port(opts["port"])
+    if export_dir is not None:
+        meta, handler, infer = from_export(Path(export_dir), opts["backend"], opts["threads"])
+    else:
+        meta, handler, infer = from_checkpoint(cfg, str(ckpt_path), opts["backend"], opts["threads"])
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the socket is bound: now say so
+                print(f"zoo: serving {meta['task']} ({meta['backend']}) on http://{HOST}:{opts['port']} "
+                      "(POST /predict, GET /health, GET /metadata); stop with Ctrl-C or SIGTERM", flush=True)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:  # drain and return (uvicorn would re-raise: exit 143)
+            self.should_exit = True
+
+    config = uvicorn.Config(make_app(meta, handler, infer, opts), host=HOST, port=opts["port"], log_level="warning",
+                            timeout_graceful_shutdown=30, access_log=False)
+    server = Server(config)
+    server.run()
+    print("zoo: server stopped (in-flight requests answered)", file=sys.stderr, flush=True)
+
+
+def main(rest: list[str]) -> None:
+    from zoo.verbs.serve import serve, serve_options
+
+    value = override_value(rest, "ckpt_path")
+    exported = Path(value).expanduser() if value else None
+    if exported is not None and exported.is_file() and exported.suffix in (".onnx", ".ts", ".pt2"):
+        exported = exported.parent
+    if exported is not None and (exported / "model.json").is_file():  # an export folder: no checkpoint needed
+        return serve(serve_options(rest), export_dir=exported)
+    path = checkpoint_argument("serve", rest)
+    cfg, _ = deploy_config("serve", rest, path)
+    serve(dict(cfg.get("serve") or {}), cfg=cfg, ckpt_path=str(path))

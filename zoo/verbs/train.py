@@ -1,0 +1,238 @@
+"""`python -m zoo train`: Hydra runs the job; fit, then test the best checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from zoo.base import plain
+from zoo.core.build import build_callbacks_and_loggers, build_data_and_module, has_test_data, save_run_config, start
+from zoo.core.ddp import (
+    CHILD_CONFIG_ENV,
+    DIST_ENV,
+    is_lightning_child,
+    launcher_rank,
+    release_process_group,
+    restore_dist_env,
+)
+from zoo.core.naming import output_root
+from zoo.core.resume import check_resume_task, resolve_resume
+from zoo.errors import ZooError, fail
+
+
+def main(rest: list[str]) -> None:
+    from zoo.core.ddp import CHILD_CONFIG_ENV
+
+    if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
+        return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
+
+    from hydra._internal.utils import _run_hydra, get_args_parser
+
+    from zoo.core.config import CONFIG_DIR, check_overrides, register_resolvers
+    from zoo.core.naming import run_id
+
+    register_resolvers()
+    parser = get_args_parser()
+    args = parser.parse_args(rest)
+    if not (args.help or args.hydra_help or args.info or args.shell_completion):
+        args.overrides = resolve_resume(args.overrides)
+        check_overrides(args.overrides)
+        warn_elastic_store()
+        run_id()  # the launcher's name for the run, now: a refusal is one line here, a traceback inside Hydra
+    # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
+    _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
+               config_name="train")
+
+
+def warn_elastic_store() -> None:
+    """torchrun keeps its rendezvous store across restarts by default, and a restarted gloo/NCCL group can hang or
+    fail on the last attempt's keys (pytorch/pytorch#135712): say so once, where an elastic multi-node run starts."""
+    env = os.environ
+    if (env.get("RANK") == "0" and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            and int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0
+            and env.get("WORLD_SIZE") != env.get("LOCAL_WORLD_SIZE")):
+        print("zoo: warning: torchrun restarts on several nodes need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (and "
+              "--rdzv-id=<name>) in every agent's environment, or a restart can hang (docs/scale.md)",
+              file=sys.stderr, flush=True)
+
+
+class TrainJob:
+    """Hydra's task function (`_train_job`), as an object: a submitit worker unpickles it before Hydra resolves the
+    job's config there, and unpickling registers the zoo's resolvers (`${zoo_run_id:}` in the sweep dir)."""
+
+    def __call__(self, cfg) -> dict:  # noqa: ANN001 - a DictConfig
+        return _train_job(cfg)
+
+    def __reduce__(self) -> tuple:
+        return _unpickled_train_job, ()
+
+
+def _unpickled_train_job() -> TrainJob:
+    from zoo.core.config import register_resolvers
+
+    register_resolvers()
+    return TrainJob()
+
+
+def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the metrics go back to the sweeper
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+
+    hydra_cfg = HydraConfig.get()
+    overrides = list(hydra_cfg.overrides.task)
+    # In a search (hydra/sweeper=zoo_optuna) a failed trial is the sweeper's to record as FAIL and to report in one
+    # line, and the search goes on; anywhere else the failure ends the command with its one line.
+    searcher = "zoo_optuna" in str(hydra_cfg.sweeper.get("_target_", ""))
+    in_search = searcher and hydra_cfg.mode == RunMode.MULTIRUN
+    if searcher and not in_search:
+        print("zoo: warning: a search (hparams_search=...) runs only with -m; this is one run with the task's "
+              "own values", file=sys.stderr, flush=True)
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    resume = None
+    try:
+        resume = check_resume_task(cfg)
+        return train(cfg, overrides, resume)
+    except ZooError as e:
+        if resume is None:
+            remove_failed_run(Path(cfg.run_dir))
+        if in_search:
+            raise
+        fail(e)
+    except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
+        hint = "the search continues with the same command" if in_search else \
+            f"continue with `python -m zoo train ckpt_path={cfg.run_dir}`"
+        print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, {hint}", file=sys.stderr, flush=True)
+        sys.exit(143)
+
+
+def remove_failed_run(run_dir: Path) -> None:
+    """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: remove its
+    folder, so that `ls outputs/`, TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the
+    traceback in cli.log is what a bug report needs.)"""
+    import shutil
+
+    from zoo.core.ddp import is_lightning_child, launcher_rank
+
+    if is_lightning_child() or launcher_rank() != 0 or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+        return
+    logging.shutdown()  # close cli.log before its folder goes
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _train_child(config_file: Path) -> None:
+    """DDP rank > 0 started by Lightning: same resolved config, same run dir, no Hydra run of its own."""
+    from omegaconf import OmegaConf
+
+
+    saved = OmegaConf.load(config_file)
+    cfg = saved.config
+    try:  # rank 0's checkpoint, also when it found one itself (a restarted job's last.ckpt)
+        train(cfg, list(saved.overrides), saved.get("resume", cfg.get("ckpt_path")))
+    except ZooError as e:
+        fail(e)
+
+
+log = logging.getLogger("zoo")
+
+
+def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
+    """Fit, then test the best checkpoint; the run's one writer (global rank 0) also saves the resolved config that
+    Lightning's DDP children load."""
+    if is_lightning_child() or launcher_rank() != 0:
+        return _train(cfg, overrides, resume)
+    before = {k: os.environ[k] for k in DIST_ENV if k in os.environ}
+    os.environ[CHILD_CONFIG_ENV] = str(save_run_config(cfg, overrides, resume))
+    try:
+        return _train(cfg, overrides, resume)
+    finally:
+        release_process_group()
+        restore_dist_env(before)
+
+
+def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
+    from zoo.core.rank_watch import peer_failure
+    from zoo.core.trainer import build_trainer, prepare_module
+
+    start(cfg)
+    datamodule, module = build_data_and_module(cfg)
+    callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
+    trainer = build_trainer(cfg, callbacks, loggers)
+    fit_module = prepare_module(module, cfg.trainer)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    except MisconfigurationException as e:  # Lightning's word for a setting it refuses, e.g. max_epochs below a resume
+        first = " ".join(str(e).split())
+        raise ZooError(f"{first[:300]} (trainer settings: `python -m zoo train --cfg job`)") from None
+    except RuntimeError as e:
+        message = peer_failure(e, trainer)
+        if message is None:
+            raise
+        raise ZooError(message) from None
+    if trainer.interrupted:
+        raise ZooError(f"training interrupted; continue it with `python -m zoo train ckpt_path={cfg.run_dir}`")
+    # the last evaluation's val/* (what a sweeper optimises), taken before trainer.test clears callback_metrics
+    metrics = {k: v for k, v in scalars(trainer.callback_metrics).items() if k.startswith("val/")}
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if cfg.test_after_fit and has_test_data(datamodule, module):
+        results = trainer.test(fit_module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+        metrics.update(results[0] if results else {})
+    if trainer.is_global_zero:
+        log_hparams(loggers, cfg, metrics)
+        summarize(cfg, best, metrics)
+    return metrics
+
+
+def scalars(metrics: dict) -> dict:
+    out = {}
+    for k, v in metrics.items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def log_hparams(loggers: list, cfg: DictConfig, metrics: dict) -> None:
+    """Fill TensorBoard's HParams tab: the flattened resolved config against the final metrics."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    params = {k: v for k, v in flatten(plain(cfg)).items() if not k.startswith("hydra.")}
+    final = {f"final/{k}": float(v) for k, v in scalars(metrics).items()}
+    for lg in loggers:
+        if isinstance(lg, TensorBoardLogger):
+            lg.log_hyperparams(params, metrics=final)
+            lg.finalize("success")
+
+
+def summarize(cfg: DictConfig, best: str, metrics: dict) -> None:
+    run_dir = Path(cfg.run_dir)
+    root = output_root()
+    lines = [
+        "",
+        f"zoo: finished {cfg.task.name}",
+        f"  run dir:         {run_dir}",
+        f"  best checkpoint: {best or '(none saved)'}",
+    ]
+    for k, v in sorted(scalars(metrics).items()):
+        lines.append(f"  {k:<16} {v:.4f}")
+    lines.append(f"  watch:           tensorboard --logdir {root}")
+    print("\n".join(lines), flush=True)
