@@ -150,3 +150,58 @@ def test_short_epochs_still_log_and_lightnings_false_warning_and_tip_are_dropped
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [4, 9]  # 3-batch epochs, logged every 5 global steps
+
+
+# ---------------------------------------------------------------------------------- the math mode, one value
+@pytest.fixture
+def fp32_switches():
+    """Put torch's fp32 switches back after a test sets them (they are process-wide)."""
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    yield
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
+@pytest.mark.parametrize("overrides, precision, fp32", [
+    (["trainer.precision=32-true"], "32-true", "ieee"),  # fp32 everywhere: matmuls AND cuDNN convs/RNNs
+    (["trainer.precision=tf32"], "32-true", "tf32"),
+    (["trainer.precision=bf16-mixed"], "bf16-mixed", "tf32"),  # the fp32 ops outside autocast, as before
+    (["trainer.precision=bf16-mixed", "trainer.float32_matmul_precision=highest"], "bf16-mixed", "ieee"),
+    (["trainer.precision=32-true", "trainer.float32_matmul_precision=high"], "32-true", "tf32"),
+])
+def test_the_math_mode_sets_matmuls_and_cudnn_alike_with_the_new_api(overrides, precision, fp32, fp32_switches):
+    from zoo.measure.mathmode import read_flags
+
+    tcfg = compose(["trainer.accelerator=cpu", *overrides]).trainer
+    mode = zt.math_mode(tcfg)
+    assert (mode.precision, mode.fp32) == (precision, fp32)
+    assert zt.trainer_kwargs(tcfg)["precision"] == precision  # Lightning gets its own name (tf32 -> 32-true)
+    zt.apply_global_switches(tcfg)
+    assert read_flags() == {"matmul": fp32, "conv": fp32, "rnn": fp32}
+    # the legacy view agrees: its readers (Lightning's CUDA start, Inductor's conv templates) would raise otherwise
+    assert torch.get_float32_matmul_precision() == ("highest" if fp32 == "ieee" else "high")
+    tf32 = fp32 == "tf32"
+    assert torch.backends.cudnn.allow_tf32 is tf32 and torch.backends.cuda.matmul.allow_tf32 is tf32
+
+
+def test_contradictory_or_unknown_math_is_one_line():
+    from zoo.measure.mathmode import MathMode
+
+    with pytest.raises(ZooError, match="drop one of them"):
+        MathMode.of("tf32", "highest")
+    with pytest.raises(ZooError, match="float32_matmul_precision=fast is not one of highest, high, medium"):
+        MathMode.of("32-true", "fast")
+    assert MathMode.of("32").precision == "32-true" and MathMode.of("bf16-mixed").autocast == "bf16"
+
+
+def test_one_place_decides_whether_the_hardware_has_a_precision(monkeypatch):
+    assert "GPU (Ampere+)" in zt.precision_problem("tf32", "cpu")
+    assert zt.precision_problem("32-true", "cpu") is None and zt.precision_problem("bf16-mixed", "cpu") is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    assert zt.precision_problem("bf16-mixed", "auto") == "Tesla T4 has no bf16"
+    assert zt.precision_problem("tf32", "gpu") == "Tesla T4 has no TF32 (Ampere+)"
+    assert zt.resolve_precision("auto") == "16-mixed"  # what auto picks passes the same check
+    assert zt.precision_problem(zt.resolve_precision("auto"), "auto") is None

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.measure.mathmode import MathMode
+
 log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
@@ -21,13 +23,42 @@ def cuda_wanted(accelerator: str) -> bool:
 
 
 def resolve_precision(precision: str | int, accelerator: str = "auto") -> str:
-    """`auto`: bf16-mixed on GPUs with bf16 (Ampere+), 16-mixed with grad scaling on older GPUs, 32-true otherwise."""
+    """`auto`: bf16-mixed on GPUs with bf16 (Ampere+), 16-mixed with grad scaling on older GPUs, 32-true otherwise.
+    Other values (Lightning's, and the zoo's `tf32`: 32-true with TF32 matmuls and convolutions) stay as they are."""
     precision = str(precision)
     if precision != "auto":
         return precision
     if cuda_wanted(accelerator):
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+        return "bf16-mixed" if precision_problem("bf16-mixed", accelerator) is None else "16-mixed"
     return "32-true"
+
+
+def precision_problem(precision: str, accelerator: str = "auto") -> str | None:
+    """Why this machine cannot run `precision` as asked, or None: the one place that checks the hardware for it
+    (`resolve_precision`'s `auto` picks by it; `zoo bench` skips a combination with this reason)."""
+    cuda = cuda_wanted(accelerator)
+    if precision == "tf32" and not cuda:
+        return "TF32 is a GPU (Ampere+) math mode; on a CPU it is 32-true"
+    if cuda and precision == "tf32" and torch.cuda.get_device_capability(0) < (8, 0):
+        return f"{_gpu_name()} has no TF32 (Ampere+)"
+    if cuda and "bf16" in precision and not torch.cuda.is_bf16_supported():
+        return f"{_gpu_name()} has no bf16"
+    return None
+
+
+def _gpu_name() -> str:
+    try:
+        return torch.cuda.get_device_name(0)
+    except (RuntimeError, AssertionError):  # a driver that answers availability but not names
+        return "this GPU"
+
+
+def math_mode(tcfg: DictConfig | dict) -> MathMode:
+    """The run's math as one value, from `trainer.precision` and `trainer.float32_matmul_precision`: what the process
+    switches are set to, what `zoo bench` records, what MFU's peak is for."""
+    t = tcfg if isinstance(tcfg, dict) else OmegaConf.to_container(tcfg, resolve=True)
+    accelerator = str(t.get("accelerator", "auto"))
+    return MathMode.of(resolve_precision(t.get("precision", "auto"), accelerator), t.get("float32_matmul_precision"))
 
 
 def resolve_benchmark(benchmark: Any, accelerator: str, deterministic: bool) -> bool | None:
@@ -42,7 +73,7 @@ def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
     t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else dict(tcfg)
     accelerator = str(t.get("accelerator", "auto"))
     kwargs = {k: v for k, v in t.items() if k not in ZOO_KEYS}
-    kwargs["precision"] = resolve_precision(t.get("precision", "auto"), accelerator)
+    kwargs["precision"] = math_mode(t).precision
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
     if t.get("find_unused_parameters") or t.get("collective_timeout"):
@@ -101,13 +132,14 @@ def with_timeout(strategy: Any, seconds: float) -> Any:
 
 
 def apply_global_switches(tcfg: DictConfig) -> None:
-    """Process-wide numerics switches, set before any model is built."""
+    """Process-wide numerics switches, set before any model is built: threads and the math mode."""
     threads = tcfg.get("num_threads")
     if threads:  # several processes sharing few cores run far faster with fewer intra-op threads each
         torch.set_num_threads(int(threads))
-    prec = tcfg.get("float32_matmul_precision")
-    if prec:
-        torch.set_float32_matmul_precision(str(prec))  # "high" lets Ampere+ use TF32 for fp32 matmuls
+    mode = math_mode(tcfg)
+    mode.apply()  # fp32 matmuls and cuDNN convs/RNNs alike: IEEE for 32-true, TF32 for tf32
+    if mode.fp32 == "tf32" and mode.precision == "32-true" and not cuda_wanted(str(tcfg.get("accelerator", "auto"))):
+        log.info("trainer.precision=tf32 on a CPU: no TF32 here, the math is IEEE fp32")
 
 
 # Console lines Lightning prints that are wrong or beside the point for a zoo run, each dropped for a reason:
@@ -161,9 +193,9 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
         plugins=[AtomicCheckpointIO(), *(plugins or [])],
         default_root_dir=str(cfg.run_dir),
     )
-    log.info("trainer: accelerator=%s devices=%s strategy=%s precision=%s",
+    log.info("trainer: accelerator=%s devices=%s strategy=%s precision=%s fp32 math=%s",
              type(trainer.accelerator).__name__, trainer.num_devices, type(trainer.strategy).__name__,
-             kwargs["precision"])
+             kwargs["precision"], math_mode(cfg.trainer).fp32)
     return trainer
 
 

@@ -28,6 +28,20 @@ def mfu(flops_per_step: float | None, step_s: float, peak_per_device: float | No
     return flops_per_step / step_s / (peak_per_device * devices)
 
 
+def implausible(flops_per_step: float | None, step_s: float, peak_per_device: float | None, kind: str,
+                devices: int = 1) -> str | None:
+    """Why a measurement cannot be right, or None: more FLOP/s than the devices' peak for the math that ran (MFU above
+    100 %), i.e. more units per second than the step's FLOPs and that peak allow. Such a row is a measurement error
+    (a faster math ran than the one the peak is for, an underestimated CPU peak, a miscounted step, a clock that
+    missed queued work), never a number to quote."""
+    util = mfu(flops_per_step, step_s, peak_per_device, devices)
+    if util is None or util <= 1.0:
+        return None
+    rate = flops_per_step / step_s / 1e12
+    return (f"{rate:.3g} TFLOP/s measured, above the {kind} peak of {devices} x {peak_per_device / 1e12:.3g} TFLOP/s "
+            f"(MFU would be {100 * util:.1f} %): the math that ran, the peak or the clock is wrong")
+
+
 class FlopCounter:
     """FLOPs of whatever torch dispatches between `start()` and `stop()` (every matmul/conv, forward and backward):
     the one counter behind `count_flops`, the throughput callback and `zoo bench`, whose step spans several hooks."""

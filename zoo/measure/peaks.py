@@ -17,20 +17,12 @@ GPU_PEAKS: list[tuple[str, dict[str, float]]] = [
 ]
 
 
-def math_kind(precision: str, matmul_precision: str = "highest") -> str:
-    """Which peak applies: a Lightning precision plus torch's float32 matmul precision -> fp32 | tf32 | bf16 | fp16."""
-    if "bf16" in precision:
-        return "bf16"
-    if precision.startswith("16"):
-        return "fp16"
-    return "tf32" if matmul_precision in ("high", "medium") else "fp32"
-
-
 def gpu_peak(name: str, kind: str) -> float | None:
-    """Peak FLOP/s of one GPU for that math, or None for a GPU not in the table."""
+    """Peak FLOP/s of one GPU for that math (`zoo.measure.mathmode.peak_kind`), or None for a GPU or a kind (fp64)
+    not in the table."""
     for pattern, peaks in GPU_PEAKS:
         if re.search(pattern, name):
-            return peaks[kind] * 1e12
+            return peaks[kind] * 1e12 if kind in peaks else None
     return None
 
 
@@ -76,4 +68,6 @@ def cpu_peak(kind: str, cores: int | None = None, cpuinfo: str = "/proc/cpuinfo"
         return None
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if kind == "fp64":  # half the lanes of fp32
+        return cores * ghz * 1e9 * cpu_flops_per_cycle(flags, vendor, "fp32") / 2
     return cores * ghz * 1e9 * cpu_flops_per_cycle(flags, vendor, "fp32" if kind == "tf32" else kind)

@@ -187,6 +187,9 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
+        from zoo.measure.timing import report_time
+
+        report_time(trainer.callbacks)  # `zoo: time: ...`: where the run's time went (callbacks.time_split)
     return metrics
 
 

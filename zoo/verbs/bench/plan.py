@@ -128,6 +128,7 @@ def check(bench: dict[str, Any]) -> dict[str, Any]:
     bench["peak_tflops"] = _positive("peak_tflops", bench["peak_tflops"], float, none=True)
     bench["timeout"] = _positive("timeout", bench["timeout"], float)
     bench["repeats"] = _positive("repeats", bench["repeats"])
+    bench["warm_run"] = _bool("warm_run", bench["warm_run"])
     return bench
 
 
@@ -153,6 +154,7 @@ class Plan:
         self.batch_key = str(getattr(self.hooks, "BATCH_KEY", "task.data.batch_size"))
         self.accelerator = str(base.trainer.get("accelerator", "auto"))
         self.user_threads = base.trainer.get("num_threads")
+        self.device_note = self._device_note(overrides)
         root = output_root()
         self.run_dir = (root / "bench" / self.task / new_run_id()).resolve()
         self.combos = [dict(zip(AXES, values)) for values in itertools.product(*(bench[k] for k in AXES))]
@@ -162,11 +164,8 @@ class Plan:
     def combo_overrides(self, combo: dict[str, Any], run_dir: Path) -> list[str]:
         from zoo.core.overrides import merge_overrides
 
-        p = combo["precision"]
-        # 32-true means fp32 math; tf32 is 32-true with TF32 matmuls (the zoo's training default, "high")
-        matmul = "high" if p == "tf32" else "highest" if p in ("32-true", "32") else "high"
-        mine = [f"trainer.precision={'32-true' if p == 'tf32' else p}",
-                f"trainer.float32_matmul_precision={matmul}",
+        # the precision as one value: the trainer's math mode (zoo.core.trainer.math_mode) decides what it means
+        mine = [f"trainer.precision={combo['precision']}",
                 f"trainer.compile={str(combo['compile']).lower()}", f"trainer.devices={combo['devices']}",
                 f"run_dir='{run_dir}'"]
         if combo["channels_last"] is not None:
@@ -184,6 +183,24 @@ class Plan:
 
         return cuda_wanted(self.accelerator)
 
+    def _device_note(self, overrides: list[str]) -> str | None:
+        """Why the rows run on a CPU when the config says so (rl pins `accelerator: cpu`: small policies run faster
+        there), so that a CPU row in a GPU bench is not read as the GPU's number."""
+        if self.accelerator != "cpu":
+            return None
+        mine = any(o.lstrip("+~").startswith(("trainer.accelerator=", "trainer=")) for o in overrides)
+        return "cpu: set on the command line" if mine else "cpu: the task pins its accelerator"
+
+    def warm(self) -> None:
+        """One untimed short run of the first combination before any measured one: the first row must not be the one
+        that pays for cold file caches and a cold machine (a cold first row once read as a 5x speed-up of the next)."""
+        if not self.bench["warm_run"] or not self.combos:
+            return
+        say(f"zoo bench: [warm-up] {self.task} {combo_label(self.combos[0], self.varying)}, untimed ...")
+        result = self.measure(0, self.combos[0], name="00_warmup", steps=2)
+        if result.get("status") != "ok":
+            say(f"zoo bench: [warm-up] {result.get('status')} ({result.get('reason')}); measuring anyway")
+
     def run(self) -> list[dict[str, Any]]:
         """Every combination once per round; rounds after the first in a shuffled order, so that on a shared
         machine no setting always runs first or after the same neighbour (alternated pairs, not one block each)."""
@@ -195,6 +212,7 @@ class Plan:
         order, rng = list(range(n)), random.Random(0)
         i = r = 0
         try:
+            self.warm()
             for r in range(rounds):
                 if r:
                     rng.shuffle(order)
@@ -215,14 +233,15 @@ class Plan:
         return [{"index": i + 1, **combo, "label": combo_label(combo, self.varying), "unit": self.unit,
                  **aggregate(runs[i])} for i, combo in enumerate(self.combos) if runs[i]]
 
-    def measure(self, i: int, combo: dict[str, Any], round_: int = 0) -> dict[str, Any]:
-        reason = skip_reason(combo, self._cuda())
+    def measure(self, i: int, combo: dict[str, Any], round_: int = 0, name: str | None = None,
+                steps: int | None = None) -> dict[str, Any]:
+        reason = skip_reason(combo, self.accelerator)
         if reason:
             return {"status": "skipped", "reason": reason}
         from zoo.base import plain
         from zoo.core.config import compose
 
-        where = self.run_dir / (f"{i + 1:02d}" + (f"_r{round_ + 1}" if self.bench["repeats"] > 1 else ""))
+        where = self.run_dir / (name or f"{i + 1:02d}" + (f"_r{round_ + 1}" if self.bench["repeats"] > 1 else ""))
         where.mkdir(exist_ok=True)
         overrides = self.combo_overrides(combo, where)
         try:
@@ -231,7 +250,7 @@ class Plan:
             from zoo.core.config import explain
 
             return {"status": "failed", "reason": explain(e, overrides)}
-        spec = {"config": plain(cfg), "steps": self.bench["steps"],
+        spec = {"config": plain(cfg), "steps": steps or self.bench["steps"], "device_note": self.device_note,
                 "warmup": self.bench["warmup"], "result": str(where / "result.json"),
                 "peak_flops": self.bench["peak_tflops"] * 1e12 if self.bench["peak_tflops"] else None}
         (where / "spec.json").write_text(json.dumps(spec))
@@ -253,19 +272,19 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def skip_reason(combo: dict[str, Any], cuda: bool) -> str | None:
-    """Why this machine cannot run the combination, or None. (Failures the checks miss end up in the row too.)"""
+def skip_reason(combo: dict[str, Any], accelerator: str) -> str | None:
+    """Why this machine cannot run the combination, or None. (Failures the checks miss end up in the row too.)
+    Whether the hardware has the precision is the trainer's to say (`precision_problem`), not repeated here."""
     import importlib.util
 
     import torch
 
-    p, devices = combo["precision"], combo["devices"]
-    if cuda and "bf16" in p and not torch.cuda.is_bf16_supported():
-        return f"{torch.cuda.get_device_name(0)} has no bf16"
-    if not cuda and p in ("tf32",):
-        return "TF32 is a GPU (Ampere+) math mode"
-    if cuda and p == "tf32" and torch.cuda.get_device_capability(0) < (8, 0):
-        return f"{torch.cuda.get_device_name(0)} has no TF32 (Ampere+)"
+    from zoo.core.trainer import cuda_wanted, precision_problem
+
+    cuda, devices = cuda_wanted(accelerator), combo["devices"]
+    reason = precision_problem(str(combo["precision"]), accelerator)
+    if reason:
+        return reason
     if combo["compile"]:
         if cuda and importlib.util.find_spec("triton") is None:
             return "torch.compile on GPU needs triton (pip install triton)"

@@ -12,26 +12,34 @@ from typing import Any
 # CSV columns, in order (rows also carry their combination's keys first).
 FIELDS = ("index", "label", "precision", "compile", "channels_last", "batch_size", "devices", "status", "reason",
           "unit", "units_per_s", "units_per_s_min", "units_per_s_max", "runs", "speedup", "speedup_min", "speedup_max",
-          "step_ms_mean", "step_ms_p50", "step_ms_p90", "data_wait_frac",
-          "flops_per_step", "mfu", "math", "peak_flops_per_device", "peak_source", "peak_mem_bytes", "energy_source",
-          "energy_j", "energy_per_step_j", "energy_per_unit_j", "loss", "loss_ref", "precision_resolved", "device",
-          "world_size", "steps", "warmup", "seconds", "units")
+          "speedup_note", "step_ms_mean", "step_ms_p50", "step_ms_p90", "data_wait_frac", "ops_per_step", "ops_kind",
+          "ops_eager", "flops_per_step", "mfu", "math", "math_flags", "peak_flops_per_device", "peak_source",
+          "peak_mem_bytes", "energy_source", "energy_j", "energy_per_step_j", "energy_per_unit_j", "loss", "loss_ref",
+          "precision_resolved", "device", "device_note", "world_size", "steps", "warmup", "seconds", "units")
+# Fewer measured steps than this give speed-ups that noise and a cold start decide (2 steps once read 5.15x).
+MIN_STEPS_FOR_SPEEDUP = 10
 
 # The numbers TensorBoard gets, one scalar per metric per combination (step = the row's number).
 TB_METRICS = ("units_per_s", "speedup", "step_ms_mean", "step_ms_p50", "step_ms_p90", "data_wait_frac",
-              "flops_per_step", "mfu", "peak_mem_bytes", "energy_per_step_j", "energy_per_unit_j", "loss")
+              "ops_per_step", "flops_per_step", "mfu", "peak_mem_bytes", "energy_per_step_j", "energy_per_unit_j",
+              "loss")
 
 
 def add_reference(rows: list[dict[str, Any]]) -> None:
     """Speed-up against the first row (with several rounds: the median of the per-round ratios, and their range), and
-    the first row's loss next to each row's (a fast but broken setting shows)."""
+    the first row's loss next to each row's (a fast but broken setting shows). No speed-up from fewer than
+    MIN_STEPS_FOR_SPEEDUP measured steps: it says so instead."""
     import statistics
 
     first = rows[0] if rows and rows[0].get("status") == "ok" else None
     for r in rows:
         r["loss_ref"] = first.get("loss") if first else None
-        r["speedup"] = r["speedup_min"] = r["speedup_max"] = None
+        r["speedup"] = r["speedup_min"] = r["speedup_max"] = r["speedup_note"] = None
         if r.get("status") != "ok" or first is None:
+            continue
+        steps = min(int(r.get("steps") or 0), int(first.get("steps") or 0))
+        if steps < MIN_STEPS_FOR_SPEEDUP:
+            r["speedup_note"] = f"not computed: {steps} measured steps (< {MIN_STEPS_FOR_SPEEDUP})"
             continue
         mine, ref = r.get("per_round") or {}, first.get("per_round") or {}
         ratios = sorted(mine[k] / ref[k] for k in mine if k in ref)
@@ -72,23 +80,74 @@ def _with_range(r: dict[str, Any], key: str, fmt: str) -> str:
     return text
 
 
+def _math(r: dict[str, Any]) -> str:
+    """The math a row's MFU is against: fp32 | tf32 | bf16 | fp16 | fp64, with `autocast` for mixed precision."""
+    kind = r.get("math") or "n/a"
+    return f"{kind} autocast" if str(r.get("precision_resolved", "")).endswith("-mixed") else kind
+
+
+def _ops(r: dict[str, Any], mixed_kinds: bool) -> str:
+    n = r.get("ops_per_step")
+    if n is None:
+        return "n/a"
+    kind = {"aten ops": " aten", "kernels": " kernels"}.get(r.get("ops_kind"), "") if mixed_kinds else ""
+    return f"{n:,}{kind}" + (" (eager)" if r.get("ops_eager") else "")
+
+
+def _speedup(r: dict[str, Any]) -> str:
+    return f"n/a (< {MIN_STEPS_FOR_SPEEDUP} steps)" if r.get("speedup_note") else _with_range(r, "speedup", "{:.2f}x")
+
+
 def table(rows: list[dict[str, Any]], unit: str) -> str:
-    head = ["#", "setting", f"{unit}/s", "speed-up", "step ms mean / p50 / p90", "data wait", "FLOP/step", "MFU",
-            "peak mem", "J/step", f"mJ/{unit[:-1] if unit.endswith('s') else unit}", "loss (vs #1)"]
+    head = ["#", "setting", "math", f"{unit}/s", "speed-up", "step ms mean / p50 / p90", "data wait", "ops/step",
+            "FLOP/step", "MFU", "peak mem", "J/step", f"mJ/{unit[:-1] if unit.endswith('s') else unit}",
+            "loss (vs #1)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    mixed = len({r.get("ops_kind") for r in rows if r.get("status") == "ok"}) > 1
     for r in rows:
-        if r.get("status") != "ok":
+        if r.get("status") != "ok":  # failed, skipped, interrupted, or a measurement error: never a number
             cells = [str(r["index"]), r["label"], f"{r.get('status')}: {r.get('reason')}"] + [""] * (len(head) - 3)
         else:
-            cells = [str(r["index"]), r["label"], _with_range(r, "units_per_s", "{:.1f}"),
-                     _with_range(r, "speedup", "{:.2f}x"),
+            cells = [str(r["index"]), r["label"], _math(r), _with_range(r, "units_per_s", "{:.1f}"), _speedup(r),
                      f"{r['step_ms_mean']:.1f} / {r['step_ms_p50']:.1f} / {r['step_ms_p90']:.1f}",
-                     f"{100 * r['data_wait_frac']:.1f}%", _flops(r.get("flops_per_step")),
+                     f"{100 * r['data_wait_frac']:.1f}%", _ops(r, mixed), _flops(r.get("flops_per_step")),
                      _num(None if r.get("mfu") is None else 100 * r["mfu"], "{:.1f}%"), _bytes(r.get("peak_mem_bytes")),
                      _num(r.get("energy_per_step_j"), "{:.2f}"),
                      _num(None if r.get("energy_per_unit_j") is None else 1e3 * r["energy_per_unit_j"], "{:.3f}"),
                      _loss(r)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+OPS_KINDS = {"aten ops": "aten ops dispatched in one training step, per process",
+             "kernels": "CUDA kernels launched in one training step, per process"}
+
+
+def _row_note(r: dict[str, Any]) -> str:
+    from zoo.measure.mathmode import describe_flags
+
+    device = r.get("device_note") or r.get("device") or "n/a"
+    flags = describe_flags(r["math_flags"]) if r.get("math_flags") else "n/a"
+    peak = r.get("peak_flops_per_device")
+    peak_text = f"{_flops(peak)}FLOP/s per device ({r.get('peak_source')})" if peak else "unknown (MFU n/a)"
+    return f"{device}; {r.get('precision_resolved')} with fp32 {flags}; MFU against the {_math(r)} peak, {peak_text}"
+
+
+def notes(rows: list[dict[str, Any]]) -> str:
+    """Under the table: the device and math flags each row ran with, the peak its MFU divides by, and what the
+    ops/step and speed-up columns mean here."""
+    groups: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("math_flags") is not None:  # measured (ok or a measurement error)
+            groups.setdefault(_row_note(r), []).append(f"#{r['index']}")
+    lines = [f"- **ran on** ({', '.join(ix)}): {text}" for text, ix in groups.items()]
+    kinds = [OPS_KINDS.get(k, k) for k in sorted({str(r["ops_kind"]) for r in rows if r.get("ops_kind")})]
+    if kinds:
+        eager = "; (eager): a compiled CPU step, counted uncompiled" if any(r.get("ops_eager") for r in rows) else ""
+        lines.append(f"- **ops/step**: {'; '.join(kinds)}{eager}")
+    short = next((r["speedup_note"] for r in rows if r.get("speedup_note")), None)
+    if short:
+        lines.append(f"- **speed-up** {short}: run with bench.steps={MIN_STEPS_FOR_SPEEDUP} or more to compare rows")
     return "\n".join(lines)
 
 
@@ -152,7 +211,7 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
     fixed = [f"{k}={show(v[0])}" for k, v in ((k, plan.bench[k]) for k in
              ("precision", "compile", "channels_last", "batch_size", "devices")) if len(v) == 1]
     md = "\n".join([f"## {heading}", "", f"fixed: {' '.join(fixed)}" if fixed else "", "", table(rows, plan.unit), "",
-                    describe(env)])
+                    notes(rows), describe(env)])
     out = plan.run_dir
     (out / "bench.json").write_text(json.dumps({"task": plan.task, "overrides": plan.overrides, "bench": plan.bench,
                                                 "unit": plan.unit, "rows": rows, "env": env}, indent=2, default=str))
