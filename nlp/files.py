@@ -94,6 +94,7 @@ def _read_delimited(path: Path, delimiter: str, header: bool, cols: dict[str, Co
         names = [c.strip() for c in lines[0][1]]
         lines = lines[1:]
     idx = {role: _column_index(c, names, path, role) for role, c in cols.items()}
+    lines = _check_field_counts(path, lines, names, idx, delimiter)
     rows = []
     for lineno, r in lines:
         row: dict = {"line": lineno}
@@ -107,6 +108,35 @@ def _read_delimited(path: Path, delimiter: str, header: bool, cols: dict[str, Co
             row[role] = r[i].strip()
         rows.append(row)
     return rows
+
+
+def _check_field_counts(path: Path, lines: list[tuple[int, list[str]]], names: list[str] | None,
+                        idx: dict[str, int | None], delimiter: str) -> list[tuple[int, list[str]]]:
+    """Every row must have as many fields as the header (without one: as most rows). A row with more would be cut
+    silently (a CSV text with an unquoted comma). Where the text is the last column and no pair is read (label,text
+    files), the rest of such a row is its text, said once; any other mismatch is an error naming file and line."""
+    from collections import Counter
+
+    if not lines:
+        return lines
+    width = len(names) if names is not None else Counter(len(r) for _, r in lines).most_common(1)[0][0]
+    whose = "the header has" if names is not None else "most lines have"
+    rest_is_text = idx["text"] == width - 1 and idx.get("text_pair") is None
+    out, joined = [], []
+    for lineno, r in lines:
+        if len(r) > width and rest_is_text:
+            r = [*r[:width - 1], delimiter.join(r[width - 1:])]
+            joined.append(lineno)
+        elif len(r) != width:
+            quote = "; quote fields that hold commas (\"a, b\")" if delimiter == "," and len(r) > width else ""
+            raise ZooError(f"{path}:{lineno}: {len(r)} field(s), but {whose} {width}{quote}; fix the line, or check "
+                           "task.data.format and task.data.header")
+        out.append((lineno, r))
+    if joined:
+        sep = "commas" if delimiter == "," else "tabs"
+        log.warning("%s: %d line(s) have more fields than the %d columns (first: line %d): the rest of each such "
+                    "line, %s included, was read as its text", path, len(joined), width, joined[0], sep)
+    return out
 
 
 def _read_jsonl(path: Path, cols: dict[str, Column], encoding: str) -> list[dict]:
@@ -142,16 +172,27 @@ def _is_number(text: str) -> bool:
         return False
 
 
+# Column names a header line uses (GLUE, SentEval, Kaggle dumps): a first row whose label or text is one of them,
+# with a label seen nowhere else, is a header read as data.
+COLUMN_NAMES = {"label", "labels", "class", "category", "target", "sentiment", "polarity", "score", "y", "sentence",
+                "sentences", "sentence1", "sentence2", "text", "texts", "review", "question", "document", "content"}
+
+
 def check_header_row(path: Path, rows: list[dict]) -> None:
-    """header=false, but the first row is a header read as data: its label (e.g. 'label') appears nowhere else
-    and every other label is a number. Training would quietly add a class named after the column."""
+    """header=false, but the first row is a header read as data: its label (e.g. 'label') appears nowhere else, and
+    every other label is a number or the row names its columns. Training would quietly add a class named after the
+    column."""
     if len(rows) < 2:
         return
     first = rows[0]["label"]
     others = [r["label"] for r in rows[1:]]
-    if first and not _is_number(first) and first not in others and all(_is_number(x) for x in others):
+    if not first or _is_number(first) or first in others:
+        return
+    named = {first.lower(), str(rows[0]["text"] or "").lower()} & COLUMN_NAMES
+    if named or all(_is_number(x) for x in others):
+        why = f"{sorted(named)[0]!r} names a column" if named else "every other label is a number"
         raise ZooError(f"{path}:{rows[0]['line']}: the first line looks like a header (label {first!r} appears only "
-                       "there, every other label is a number); set task.data.header=true "
+                       f"there, {why}); set task.data.header=true "
                        "(columns may then be named, e.g. task.data.text_column=sentence)")
 
 

@@ -17,11 +17,13 @@ import torch
 from nlp.data import PAIR_SEP, tokenize
 from nlp.files import decode, read_text
 from nlp.sampler import pad_batch
-from zoo.errors import ZooError
+from zoo.errors import ZooError, one_line
 
 
-def read_inputs(input: str | None, encoding: str = "utf-8") -> list[tuple[str, str | None]]:
-    """(text, text_pair or None) per input line."""
+def read_inputs(input: str | None, encoding: str = "utf-8",
+                errors: list[dict] | None = None) -> list[tuple[str, str | None]]:
+    """(text, text_pair or None) per input line. With `errors`, a folder's unreadable file becomes an entry there
+    ({"file", "error"}) and the other files are read; without, it is a ZooError."""
     if input is None or not str(input).strip():
         raise ZooError("nothing to predict; pass input=\"a sentence\", input=<file with one text per line>, "
                        "or input=- with one text per line on standard input")
@@ -36,8 +38,8 @@ def read_inputs(input: str | None, encoding: str = "utf-8") -> list[tuple[str, s
         lines = decode(sys.stdin.buffer.read(), "standard input", encoding, key).splitlines()
         input = "standard input"
     elif path.is_dir():
-        lines = [line for p in sorted(path.glob("*.txt")) for line in read_text(p, encoding, key).splitlines()]
-        if not lines:
+        lines = _folder_lines(path, encoding, errors)
+        if not lines and not errors:
             raise ZooError(f"{path} holds no .txt files with text; put one text per line in .txt files")
     elif path.is_file():
         lines = read_text(path, encoding, key).splitlines()
@@ -48,9 +50,21 @@ def read_inputs(input: str | None, encoding: str = "utf-8") -> list[tuple[str, s
         if line.strip():
             first, _, second = line.partition("\t")
             pairs.append((first.strip(), second.strip() or None))
-    if not pairs:
+    if not pairs and not errors:
         raise ZooError(f"{input} has no non-empty lines to predict")
     return pairs
+
+
+def _folder_lines(path: Path, encoding: str, errors: list[dict] | None) -> list[str]:
+    lines = []
+    for p in sorted(path.glob("*.txt")):
+        try:
+            lines += read_text(p, encoding, "predict.encoding").splitlines()
+        except ZooError as e:
+            if errors is None:
+                raise
+            errors.append({"file": str(p), "error": one_line(e)})
+    return lines
 
 
 def _encoding(cfg: Any) -> str:
@@ -71,7 +85,9 @@ def _max_length(cfg: Any) -> int:
 def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
     if model.tokenizer is None:
         raise ZooError("this checkpoint carries no tokenizer; export it again from a run of this version")
-    items = read_inputs(input, _encoding(cfg))
+    errors: list[dict] = []
+    items = read_inputs(input, _encoding(cfg), errors)
+    yield from errors  # a folder's unreadable file: its own line; the others' texts go on
     opts = (cfg.get("predict") or {}) if cfg is not None else {}
     bs = int(opts.get("batch_size", 32))
     rows = [{"text": t, "text_pair": p, "label": None} for t, p in items]

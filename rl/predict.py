@@ -2,8 +2,8 @@
 
     python -m zoo predict ckpt_path=<run>/checkpoints/last.ckpt predict.episodes=5 predict.out=agent.gif
 
-Options (predict.*): episodes (5), seed (0), out (a .gif or .mp4 path; default <run dir>/episode.gif; "" for
-none), max_frames (1000), fps (30). `input` is not used (the environment is the checkpoint's).
+Options (predict.*): episodes (5), seed (0), out (a .gif or .mp4 path; default <the checkpoint's run
+dir>/episode.gif; "" for none), max_frames (1000), fps (30). `input` is not used (the environment is the checkpoint's).
 """
 
 from __future__ import annotations

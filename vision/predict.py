@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from vision.data import eval_transform, load_image
-from zoo.errors import ZooError
+from zoo.errors import ZooError, one_line
 from zoo.kit.images import IMAGE_EXTENSIONS, is_image_file
 
 
@@ -35,8 +35,18 @@ def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
     batch_size = int(cfg.predict.get("batch_size", 32))
     files = image_files(input)
     for start in range(0, len(files), batch_size):
-        chunk = files[start:start + batch_size]
-        x = torch.stack([transform(load_image(p, mode)) for p in chunk])
+        chunk, images = [], []
+        for p in files[start:start + batch_size]:
+            try:
+                images.append(transform(load_image(p, mode)))
+                chunk.append(p)
+            except ZooError as e:  # in a folder, a bad file gets its own line and the others go on
+                if Path(str(input)).expanduser().is_file():
+                    raise
+                yield {"file": str(p), "error": one_line(e)}
+        if not images:
+            continue
+        x = torch.stack(images)
         probs = model(x.to(model.device)).softmax(-1)
         top = probs.topk(k, dim=-1)
         for path, p, i in zip(chunk, top.values.tolist(), top.indices.tolist()):

@@ -1,4 +1,4 @@
-"""`python -m zoo <verb> ...`: train | test | predict | export | serve | bench | list.
+"""`python -m zoo <verb> ...`: train | reproduce | test | predict | export | serve | bench | list.
 
 Heavy imports (torch, lightning, hydra) happen inside the verbs, so `--help` answers at once.
 `sys.argv` is never rewritten: Lightning's DDP launcher re-runs this exact command line for ranks 1..N-1, and those
@@ -20,6 +20,9 @@ commands:
                                   Hydra flags work: --cfg job, --help, -m (multirun sweeps)
   train ckpt_path=last|<run dir>|<file.ckpt>
                                   resume an interrupted or finished run (same run dir and TensorBoard)
+  reproduce <run dir|file.ckpt> [reproduce.tolerance=0.03] [overrides]
+                                  train a finished run again from its record into a new folder: environment
+                                  differences first, then both runs' final metrics side by side (exit 1 if apart)
   test ckpt_path=<file.ckpt>      evaluate a checkpoint on its task's test data
   predict ckpt_path=<file.ckpt> input=<file|folder|text|-> [predict.<option>=...]
                                   one JSON line per input (input=- reads texts from standard input)
@@ -40,6 +43,7 @@ watch them with: tensorboard --logdir outputs
 # verb -> "module:function(rest)"; imported only when used, so `--help` answers at once
 VERBS = {
     "train": "zoo.verbs.train:main",
+    "reproduce": "zoo.verbs.reproduce:main",
     "test": "zoo.verbs.evaluate:test_main",
     "predict": "zoo.verbs.evaluate:predict_main",
     "list": "zoo.verbs.listing:main",

@@ -134,6 +134,9 @@ class ZooOptunaSweeper(Sweeper):
             return self._sweep(arguments)
         except ZooError as e:  # inside Hydra's run_and_report, which would print it as a traceback
             fail(e)
+        except KeyboardInterrupt:  # between trials (a trial's own Ctrl-C ends its job with 130 already)
+            _say("stopped by Ctrl-C; run the same command to continue the study")
+            sys.exit(130)
 
     # ------------------------------------------------------------------------------------------------------------
     def _sweep(self, arguments: list[str]) -> Any:

@@ -56,6 +56,21 @@ def save_run_config(cfg: DictConfig, overrides: list[str], resume: str | None = 
     return path
 
 
+METRICS_FILE = "metrics.json"
+
+
+def save_run_metrics(cfg: DictConfig, metrics: dict[str, float]) -> Path:
+    """The run's final metrics (the last evaluation's val/*, then test/*) at the run-dir root, atomically; a resumed
+    run replaces them with its own final ones."""
+    import json
+
+    path = Path(cfg.run_dir) / METRICS_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dict(sorted(metrics.items())), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
 def has_test_data(datamodule: Any, module: Any) -> bool:
     from lightning.pytorch.utilities.model_helpers import is_overridden
 

@@ -121,11 +121,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     try:
         ckpt = torch.load(p, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        if "Unsupported global" not in str(e):  # garbled bytes inside a valid archive
-            raise ZooError(f"checkpoint {p} is corrupt (its data does not unpickle); use another file, e.g. the "
-                           "run's checkpoints/last.ckpt") from None
-        raise ZooError(f"{p} is not a zoo checkpoint: it holds pickled Python objects, which the zoo never writes "
-                       "and will not load (they can run code); use a checkpoint written by `zoo train`") from None
+        raise ZooError(unpickling_refusal(p, str(e))) from None
     except (RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ZooError(f"checkpoint {p} is corrupt ({first[:100]}); use another file, e.g. the run's "
@@ -134,6 +130,20 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
         raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
                        "the task's `pretrained=<file>` option instead")
     return ckpt
+
+
+def unpickling_refusal(path: Path, error: str) -> str:
+    """torch.load(weights_only=True)'s refusal, said for what it is: garbled bytes inside a valid archive, or a
+    pickle that names a function or class (a malicious file, or another program's objects): loading that runs code."""
+    import re
+
+    named = re.search(r"GLOBAL ([\w.]+)", error)
+    if (named is None and "Unsupported operand" in error) or "Weights only" not in error:
+        return f"checkpoint {path} is corrupt (its data does not unpickle); use another file, e.g. the run's " \
+               "checkpoints/last.ckpt"
+    what = f"it references {named.group(1)}" if named else "it holds Python objects, not only tensors and plain values"
+    return (f"{path} was refused: loading it needs code execution ({what}), and the zoo loads checkpoints with "
+            "torch.load(weights_only=True), which never runs code; use a checkpoint written by `zoo train`")
 
 
 def checkpoint_task(ckpt: dict, path: str | Path) -> str:

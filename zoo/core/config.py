@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zoo.core.naming import is_writer, run_id
+from zoo.core.naming import check_writable, is_writer, run_id
 from zoo.errors import ZooError
 
 CONFIG_DIR = Path(os.environ.get("ZOO_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
@@ -103,7 +103,7 @@ def compose(overrides: list[str], config_name: str = "train", *, with_hydra: boo
         GlobalHydra.instance().clear()
 
 
-def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bool = True) -> None:
+def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bool = True) -> Any:
     """Compose once up front so that a bad override fails with one clear line instead of Hydra's report, and check
     the values' types and the optimizer settings before any work starts.
 
@@ -139,6 +139,25 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
     validate.check_types(parsed, base, GROUPS)
     validate.check_batch_sizes(cfg)
     validate.check_optimizers(cfg)
+    # the trainer checks import Lightning: a task's lean start-up (zoo.imports) must be in place before they do
+    lean = _select(cfg, "hydra.callbacks.lean_imports.absent")
+    if lean:
+        from zoo.imports import install
+
+        install([str(n) for n in lean])
+    validate.check_trainer(cfg, parsed)
+    validate.check_sweep_choices(cfg, parsed)
+    return cfg  # composed with the sweeps' first values and the `hydra` node
+
+
+def check_output_dir(cfg: Any, multirun: bool) -> None:
+    """The folder Hydra is about to create (the run's, or the sweep's with -m) must be writable: Hydra's own failure
+    there is a traceback per process, after its output folder was half made."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    folder = _select(cfg, key)
+    if folder:
+        check_writable(Path(str(folder)), "the run folder" if not multirun else "the sweep folder",
+                       f"set ZOO_OUTPUT_ROOT=<a writable folder> or {key}=<a writable folder>")
 
 
 def _select(cfg: Any, key: str) -> Any:

@@ -101,3 +101,23 @@ def is_writer() -> bool:
 def output_root() -> Path:
     """Where runs go: `ZOO_OUTPUT_ROOT`, else ./outputs (the one place that reads it)."""
     return Path(os.environ.get("ZOO_OUTPUT_ROOT", "outputs"))
+
+
+def check_writable(folder: Path, what: str, fix: str) -> None:
+    """Refuse, in one line, a folder that cannot be made or written: its nearest existing ancestor must be a folder
+    in which a file can be created. (Probed by creating one, not by permission bits: root passes those.)"""
+    import tempfile
+
+    folder = Path(folder).expanduser().absolute()
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        reason = f"{probe} is a file, not a folder"
+    else:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".zoo-probe-", dir=probe))
+            return
+        except OSError as e:
+            reason = f"{probe} is not writable ({e.strerror or e})"
+    raise ZooError(f"cannot write {what} {folder}: {reason}; {fix}")

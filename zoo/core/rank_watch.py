@@ -28,7 +28,20 @@ def describe_exit(returncode: int) -> str:
 
 
 def resume_hint(run_dir: str) -> str:
-    return f"last.ckpt holds the run up to its last save; continue with `python -m zoo train ckpt_path={run_dir}`"
+    """How to go on after a stop: continue the run from its checkpoint, or, when it stopped before saving one (and a
+    new run's empty folder is then removed), start the same command again."""
+    from pathlib import Path
+
+    if any((Path(run_dir) / "checkpoints").glob("*.ckpt")):
+        return f"last.ckpt holds the run up to its last save; continue with `python -m zoo train ckpt_path={run_dir}`"
+    return f"no checkpoint was saved; start again with `{original_command()}`"
+
+
+def original_command() -> str:
+    """This process's command line as the user typed it (Lightning's DDP children run the same one)."""
+    import shlex
+
+    return "python -m zoo " + shlex.join(sys.argv[1:])
 
 
 def peer_failure(error: BaseException, trainer: Any) -> str | None:

@@ -63,10 +63,14 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     previous = carried_overrides([str(o) for o in saved["zoo"].get("overrides", [])])
     in_run = ckpt.parent.name == "checkpoints"
     merged = merge_overrides(previous, user) if in_run else user
-    asked = composed_task([o for o in merged if override_key(o) in ("task", "experiment")])  # the groups pick the task
-    if asked != task:
-        raise ZooError(f"checkpoint {ckpt} is from task {task}, but these overrides select {asked}; resume it "
-                       f"without the other task's preset, or fine-tune from it with the task's pretrained option")
+    # The user's own task/preset first: merged with the run's stored `task=`, that stored choice would win over a
+    # preset's `override /task`, and the other task's preset values would reach this task's module.
+    own, carried = ([o for o in groups if override_key(o) in ("task", "experiment")] for groups in (user, merged))
+    for chosen in ([own] if own else []) + [carried]:
+        asked = composed_task(chosen)
+        if asked != task:
+            raise ZooError(f"checkpoint {ckpt} is from task {task}, but these overrides select {asked}; resume it "
+                           "without the other task's preset, or fine-tune from it with the task's pretrained option")
     if in_run:
         return merged + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
     return user + [f"ckpt_path='{ckpt}'"]
@@ -89,7 +93,45 @@ def check_resume_task(cfg) -> str | None:  # noqa: ANN001
     if task != cfg.task.name:
         raise ZooError(f"checkpoint {path} is from task {task}, not {cfg.task.name}; resume it with "
                        f"task={task}, or fine-tune from it with the task's pretrained=<file> option")
+    import warnings
+
+    for pattern in RESUME_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    if not restart:
+        announce_resume(cfg.run_dir, Path(path), saved)
     return str(path)
+
+
+# Lightning's lines about a resume that the zoo says itself, in its own words (announce_resume)
+RESUME_WARNINGS = (r"Checkpoint directory .* exists and is not empty",
+                   r"You're resuming from a checkpoint that ended before the epoch ended")
+
+
+def announce_resume(run_dir: str, path: Path, saved: dict) -> None:
+    """`zoo: resuming <run> from last.ckpt at epoch E, step S`, and what happens to an epoch cut short: Lightning
+    then runs only its remaining batches, from a loader that starts that epoch afresh (a new shuffle: some of its
+    examples are seen twice, others not at all); the epochs after it are whole."""
+    import sys
+
+    from zoo.core.ddp import is_lightning_child, launcher_rank
+
+    if is_lightning_child() or launcher_rank() != 0:
+        return
+    epoch, step = saved.get("epoch"), saved.get("global_step")
+    print(f"zoo: resuming {run_dir} from {path.name} at epoch {epoch}, step {step}", file=sys.stderr, flush=True)
+    done = batches_into_epoch(saved)
+    if done:
+        print(f"zoo: {path.name} was saved {done} batch(es) into epoch {epoch}: that epoch goes on with only its "
+              "remaining batches, in a new shuffle (some of its examples are seen twice, others not at all); "
+              "later epochs are whole", file=sys.stderr, flush=True)
+
+
+def batches_into_epoch(saved: dict) -> int:
+    """How many batches of an unfinished epoch the checkpoint had trained (0 when it was saved at an epoch's end)."""
+    progress = saved.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
+    if not progress or progress.get("is_last_batch", True):
+        return 0
+    return int(progress.get("current", {}).get("processed", 0))
 
 
 def restart_checkpoint(run_dir: Path) -> Path | None:

@@ -88,3 +88,152 @@ def check_batch_sizes(cfg: Any) -> None:
         v = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
         if isinstance(v, int) and not isinstance(v, bool) and v < 1:
             raise ZooError(f"{key}={v} must be at least 1")
+
+
+# Trainer values that only lightning.Trainer checks, when it is built: after Hydra has made the run folder and the
+# data and model are built. Checked here instead, before any of that, each refusal naming the key and its choices.
+TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy")
+
+
+def check_trainer(cfg: Any, parsed: list = ()) -> None:
+    """The composed `trainer` node, and every value of a sweep over one of TRAINER_KEYS (e.g. precision=16,17)."""
+    from hydra.core.override_parser.types import ChoiceSweep
+    from omegaconf import DictConfig, OmegaConf
+
+    trainer = OmegaConf.select(cfg, "trainer", throw_on_resolution_failure=False)
+    if not isinstance(trainer, DictConfig):
+        return
+    values = {k: [OmegaConf.select(trainer, k, throw_on_resolution_failure=False)] for k in TRAINER_KEYS}
+    for o in parsed:
+        key = o.get_key_element().lstrip("+~")
+        if key.startswith("trainer.") and key[8:] in values and isinstance(o.value(), ChoiceSweep):
+            values[key[8:]] = list(o.value().list)
+    for precision in values["precision"]:
+        check_precision(precision)
+    for accelerator in values["accelerator"]:
+        chosen = check_accelerator(accelerator)
+        for devices in values["devices"]:
+            check_devices(devices, chosen)
+    for duration in values["max_time"]:
+        check_max_time(duration)
+    for strategy in values["strategy"]:
+        check_strategy(strategy)
+
+
+def check_precision(value: Any) -> None:
+    from typing import get_args
+
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
+
+    allowed = ["auto"] + [str(a) for t in get_args(_PRECISION_INPUT) for a in get_args(t)]
+    if value is not None and str(value) not in allowed:
+        raise ZooError(f"trainer.precision={value} is not a precision Lightning knows; use one of "
+                       f"{', '.join(dict.fromkeys(allowed))}")
+
+
+def check_accelerator(value: Any) -> str:
+    """The accelerator name that `value` selects here (`auto` resolved); refused when this machine has none."""
+    from lightning.fabric.utilities.device_parser import _select_auto_accelerator
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if not isinstance(value, str):  # null (Lightning's default, auto) or an Accelerator mapping
+        return _select_auto_accelerator()
+    names = sorted(AcceleratorRegistry.available_accelerators())
+    if value not in ("auto", "gpu", *names):
+        raise ZooError(f"trainer.accelerator={value} is not an accelerator Lightning knows; use auto, gpu, "
+                       f"{', '.join(names)}")
+    auto = _select_auto_accelerator()
+    if value == "auto":
+        return auto
+    name = value
+    if value == "gpu":  # Lightning's own choice of GPU backend
+        name = "mps" if AcceleratorRegistry["mps"]["accelerator"].is_available() else "cuda"
+    if not AcceleratorRegistry[name]["accelerator"].is_available():
+        what = "no GPU is visible to torch (torch.cuda.is_available() is False)" if value in ("gpu", "cuda") else \
+            f"no {value} device is available here"
+        why = " (a GPU run needs a CUDA build of torch and a visible device)" if value in ("gpu", "cuda") else ""
+        raise ZooError(f"trainer.accelerator={value}: {what}; trainer.accelerator=auto would pick {auto} on this "
+                       f"machine: use auto or {auto}{why}")
+    return name
+
+
+def check_devices(value: Any, accelerator: str) -> None:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if value in (None, "auto") or accelerator not in AcceleratorRegistry:
+        return
+    how = "a count >= 1" + (", a list of device ids or -1 (all)" if accelerator != "cpu" else "")
+    if str(value).strip() == "0":
+        raise ZooError(f"trainer.devices=0 runs on no device; use {how}, or auto")
+    try:
+        AcceleratorRegistry[accelerator]["accelerator"].parse_devices(value)
+    except Exception as e:  # noqa: BLE001 - Lightning's parsers raise TypeError, ValueError or its own exception
+        first = " ".join(str(e).split())[:160]
+        raise ZooError(f"trainer.devices={value} does not fit accelerator {accelerator} ({first}); use {how}, "
+                       "or auto") from None
+
+
+def check_max_time(value: Any) -> None:
+    import re
+    from datetime import timedelta
+
+    if value is None:
+        return
+    if isinstance(value, str) and re.fullmatch(r"\d+:\d\d:\d\d:\d\d", value.strip()):
+        return
+    if hasattr(value, "items"):
+        try:
+            timedelta(**{str(k): v for k, v in value.items()})
+            return
+        except TypeError:
+            pass
+    raise ZooError(f"trainer.max_time={value} is not a duration; write days:hours:minutes:seconds, e.g. "
+                   "trainer.max_time=00:12:00:00 (12 hours), or a mapping: trainer.max_time='{hours: 12}'")
+
+
+def check_strategy(value: Any) -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    if not isinstance(value, str) or value == "auto" or value in StrategyRegistry:
+        return
+    names = [n for n in StrategyRegistry.available_strategies() if "find_unused" not in n]
+    raise ZooError(f"trainer.strategy={value} is not a strategy Lightning knows; use auto, {', '.join(names)} "
+                   "(or a {_target_: ...} mapping)")
+
+
+def check_sweep_choices(cfg: Any, parsed: list) -> None:
+    """Every value of a discrete sweep (`a,b`, `choice(a,b)`) over a task option, tried up front (check_choices)."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    for o in parsed:
+        if isinstance(o.value(), ChoiceSweep):
+            check_choices(cfg, o.get_key_element().lstrip("+~"), list(o.value().list))
+
+
+def check_choices(cfg: Any, key: str, values: list) -> None:
+    """A sweep's or search's choices for a task's module or data option, each built as a run would build it (data,
+    then module, pretrained weights off): a value the task refuses (`finetune=half`) fails here, in one line, before
+    any run starts, instead of failing every trial that draws it. Numbers and booleans are type-checked already."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+
+    from zoo.base import instantiate
+    from zoo.errors import one_line
+
+    if not key.startswith(("task.module.", "task.data.")) or not any(isinstance(v, str) for v in values):
+        return
+    for value in values:
+        trial = copy.deepcopy(cfg)
+        with open_dict(trial):
+            OmegaConf.update(trial, key, value, merge=False)
+            if "pretrained" in trial.task.module:
+                trial.task.module.pretrained = False
+        try:
+            data = instantiate(trial.task.data) if trial.task.get("data") is not None else None
+            extra = data.model_kwargs() if hasattr(data, "model_kwargs") else {}
+            instantiate(trial.task.module, _convert_="all", **extra)
+        except Exception as e:  # noqa: BLE001 - a task refuses a value with a ZooError, a TypeError, a ValueError...
+            why = one_line(e) if isinstance(e, ZooError) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+            raise ZooError(f"{key}={value} (one of the values to try) is refused by the task: {why}; drop it from "
+                           "the choices") from None

@@ -48,8 +48,7 @@ def read_pretrained(path: str | Path, task: str, option: str = "task.module.pret
             else:
                 obj = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - corrupt files raise many types
-            raise ZooError(f"{option}: cannot read {path} as weights ({type(e).__name__}); use a file saved with "
-                           "torch.save(model.state_dict(), ...) or safetensors, or a zoo .ckpt") from None
+            raise ZooError(f"{option}: {unreadable_weights(p, e)}") from None
     ckpt = obj if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict) else None
     if ckpt is not None:
         other = (ckpt.get("zoo") or {}).get("task")
@@ -61,6 +60,33 @@ def read_pretrained(path: str | Path, task: str, option: str = "task.module.pret
         raise ZooError(f"{option}: {path} holds no state dict of tensors; save one with "
                        "torch.save(model.state_dict(), path), or give a zoo .ckpt")
     return obj, ckpt
+
+
+EXPECTED_WEIGHTS = ("expected a weights file: a PyTorch state dict saved with torch.save(model.state_dict(), "
+                    "path) (.pt, .pth, .bin), a .safetensors file, or a zoo checkpoint (.ckpt)")
+
+
+def unreadable_weights(path: Path, error: BaseException) -> str:
+    """Why a `pretrained=` file did not load, as what it looks like against what was expected (torch.load's own
+    error for a text file is a bare KeyError)."""
+    head = path.read_bytes()[:4096] if path.is_file() else b""
+    if head.startswith(b"PK\x03\x04"):
+        what = f"a zip archive that torch.load cannot read ({type(error).__name__}: {str(error)[:80]})"
+    elif not head:
+        what = "an empty file"
+    elif b"\0" not in head and _is_text(head):
+        what = "a text file"
+    else:
+        what = f"not a file torch.load or safetensors can read ({type(error).__name__})"
+    return f"{path} is {what}; {EXPECTED_WEIGHTS}"
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:  # a multi-byte character cut at the 4 KiB mark is still text
+        return e.start >= len(head) - 3
 
 
 def match_weights(own: dict, src: dict, where: str, what: str, fresh: tuple[str, ...] = (),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -16,8 +17,6 @@ from zoo.verbs.train import scalars
 
 
 def _evaluate(verb: str, rest: list[str]) -> None:
-    from datetime import datetime
-
     from zoo.core.checkpoint import checkpoint_task, load_checkpoint
 
     path = checkpoint_argument(verb, rest)
@@ -34,8 +33,7 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
     # Training-time device settings (DDP, 8 GPUs) are not the evaluation's: only explicit ones apply.
     carried = [o for o in carried_overrides(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
-    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
-    run_dir = output_root() / task / f"{verb}_{stamp}"
+    run_dir = evaluation_dir(verb, path, task)
     overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
     if verb == "predict":
         overrides.append("logger=none")
@@ -54,6 +52,25 @@ def _evaluate(verb: str, rest: list[str]) -> None:
         test(cfg, str(path))
     else:
         predict(cfg, str(path))
+
+
+def evaluation_dir(verb: str, path: Path, task: str) -> Path:
+    """Where an evaluation writes: inside the run it evaluates (`<run>/test/<date>`: its logs beside the training's,
+    not a folder that looks like another run), `predict` into the run itself (rl's episode.gif); a checkpoint outside
+    a run gets `outputs/<task>/<verb>_<date>`."""
+    from datetime import datetime
+
+    from zoo.core.naming import check_writable
+
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    ckpt = path.resolve()
+    if ckpt.parent.name != "checkpoints":
+        return output_root() / task / f"{verb}_{stamp}"
+    run = ckpt.parent.parent
+    if verb == "predict":
+        return run
+    check_writable(run / "test", "the test's logs in", "copy the run to a writable folder and test the copy there")
+    return run / "test" / stamp
 
 
 def test(cfg: DictConfig, ckpt_path: str) -> dict:

@@ -111,6 +111,7 @@ def search_space(params: dict[str, str], cfg: Any) -> dict[str, Any]:
 
     parsed = parse_params(params)
     validate.check_types(parsed, cfg, GROUPS)
+    validate.check_sweep_choices(cfg, parsed)  # every choice the task would refuse, before the first trial
     space = {}
     for o in parsed:
         key = o.get_key_element()

@@ -190,6 +190,8 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
 
     state: dict[str, Any] = {}
     limit = int(opts["max_body_mb"] * 1024 * 1024)
+    # python-multipart logs each malformed upload on the server's console; the client already gets the 400 line
+    logging.getLogger("python_multipart").setLevel(logging.ERROR)
 
     @asynccontextmanager
     async def lifespan(app: Any):  # noqa: ANN202
@@ -205,6 +207,8 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code not in (404, 405):  # the route was right: the routes are no help
+            return error(exc.status_code, f"{exc.detail} ({request.method} {request.url.path})")
         return error(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}; use POST /predict, "
                                       "GET /health or GET /metadata")
 
@@ -256,7 +260,14 @@ async def _read(request: Any, limit: int) -> bytes:
 
 
 async def _first_file(request: Any) -> tuple[bytes, str]:
-    form = await request.form()
+    from starlette.exceptions import HTTPException
+
+    try:
+        form = await request.form()
+    except HTTPException as e:  # starlette's 400 for a body that is not the multipart form its header declares
+        raise BadRequest(400, f"the multipart body does not parse ({str(e.detail).rstrip('.')}); upload a file as "
+                              "a form field (curl -F file=@image.png), or send the "
+                              "file's bytes with its own content type") from None
     for value in form.values():
         if hasattr(value, "read"):
             return await value.read(), (value.content_type or "application/octet-stream").lower()

@@ -10,7 +10,14 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from zoo.base import plain
-from zoo.core.build import build_callbacks_and_loggers, build_data_and_module, has_test_data, save_run_config, start
+from zoo.core.build import (
+    build_callbacks_and_loggers,
+    build_data_and_module,
+    has_test_data,
+    save_run_config,
+    save_run_metrics,
+    start,
+)
 from zoo.core.ddp import (
     CHILD_CONFIG_ENV,
     DIST_ENV,
@@ -32,7 +39,7 @@ def main(rest: list[str]) -> None:
 
     from hydra._internal.utils import _run_hydra, get_args_parser
 
-    from zoo.core.config import CONFIG_DIR, check_overrides, register_resolvers
+    from zoo.core.config import CONFIG_DIR, check_output_dir, check_overrides, register_resolvers
     from zoo.core.naming import run_id
 
     register_resolvers()
@@ -40,9 +47,11 @@ def main(rest: list[str]) -> None:
     args = parser.parse_args(rest)
     if not (args.help or args.hydra_help or args.info or args.shell_completion):
         args.overrides = resolve_resume(args.overrides)
-        check_overrides(args.overrides)
+        composed = check_overrides(args.overrides)
         warn_elastic_store()
         run_id()  # the launcher's name for the run, now: a refusal is one line here, a traceback inside Hydra
+        if not args.cfg:  # --cfg only prints
+            check_output_dir(composed, args.multirun)
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
     _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
                config_name="train")
@@ -104,11 +113,19 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
         if in_search:
             raise
         fail(e)
-    except SIGTERMException:  # a SystemExit without a code: without this the stopped run would exit 0
-        hint = "the search continues with the same command" if in_search else \
-            f"continue with `python -m zoo train ckpt_path={cfg.run_dir}`"
-        print(f"zoo: error: stopped by SIGTERM; last.ckpt was saved, {hint}", file=sys.stderr, flush=True)
-        sys.exit(143)
+    except (SIGTERMException, KeyboardInterrupt) as e:  # a stop asked for, not an error: 143 / 130 as shells say
+        if resume is None:
+            remove_failed_run(Path(cfg.run_dir))
+        stopped(cfg, "SIGTERM" if isinstance(e, SIGTERMException) else "Ctrl-C", in_search)
+
+
+def stopped(cfg: DictConfig, how: str, in_search: bool) -> None:
+    """SIGTERM or Ctrl-C ended the run: what was kept and how to go on, one line; exit 143 / 130."""
+    from zoo.core.rank_watch import resume_hint
+
+    hint = "the search continues with the same command" if in_search else resume_hint(str(cfg.run_dir))
+    print(f"zoo: stopped by {how}; {hint}", file=sys.stderr, flush=True)
+    sys.exit(143 if how == "SIGTERM" else 130)
 
 
 def remove_failed_run(run_dir: Path) -> None:
@@ -162,12 +179,22 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     start(cfg)
     datamodule, module = build_data_and_module(cfg)
     callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
-    trainer = build_trainer(cfg, callbacks, loggers)
-    fit_module = prepare_module(module, cfg.trainer)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:  # what zoo.core.validate does not check up front (a new Lightning setting) still ends in one line
+        trainer = build_trainer(cfg, callbacks, loggers)
+    except (MisconfigurationException, ValueError, TypeError) as e:
+        first = " ".join(str(e).split())[:300]
+        raise ZooError(f"Lightning refused the trainer settings ({first}); see them with "
+                       "`python -m zoo train --cfg job`") from None
+    fit_module = prepare_module(module, cfg.trainer)
 
     try:
         trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    except SystemExit as e:  # Lightning ends a Ctrl-C'd fit with sys.exit(1), after saving last.ckpt
+        if trainer.interrupted and e.code == 1:
+            raise KeyboardInterrupt from None
+        raise
     except MisconfigurationException as e:  # Lightning's word for a setting it refuses, e.g. max_epochs below a resume
         first = " ".join(str(e).split())
         raise ZooError(f"{first[:300]} (trainer settings: `python -m zoo train --cfg job`)") from None
@@ -187,6 +214,7 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
+        save_run_metrics(cfg, scalars(metrics))  # what `zoo reproduce` compares a re-run with
         from zoo.measure.timing import report_time
 
         report_time(trainer.callbacks)  # `zoo: time: ...`: where the run's time went (callbacks.time_split)

@@ -1,0 +1,246 @@
+"""`python -m zoo reproduce <run dir | ckpt>`: train a finished run again from what it recorded, and compare.
+
+What the run recorded: its overrides and resolved config (in its checkpoints, or config.yaml), its environment
+(env.json) and its final metrics (metrics.json; TensorBoard's last val/ and test/ scalars for older runs). The re-run
+is an ordinary `zoo train` in a new folder beside the original, with the same overrides, and every config value that
+today's defaults would change pinned to the recorded one. Before it starts, the environment differences that could
+change the result (packages, git commit and dirty tree, hardware) are printed; after it, both runs' final metrics
+side by side. Exit 0 when every judged metric is within `reproduce.tolerance`, else 1 with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.errors import ZooError
+
+# Keys a re-run must not take from the original: where it writes, what it resumes, per-command options.
+NOT_PINNED = ("run_dir", "ckpt_path", "input", "predict", "reproduce")
+
+
+def main(rest: list[str]) -> None:
+    source, user = split_arguments(rest)
+    run, record = read_record(source)
+    original = read_metrics(run)
+    target = run.parent / f"{run.name}-reproduce-{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    overrides, notes, opts = plan(record, user, run)
+    print(f"zoo: reproducing {run} ({record['task']}) into {target}", flush=True)
+    for line in environment_differences(record.get("env"), notes):
+        print(f"  {line}", flush=True)
+    code = subprocess.call([sys.executable, "-m", "zoo", "train", *overrides, f"hydra.run.dir='{target}'"])
+    if code != 0:
+        print(f"zoo: reproduce: the re-run stopped with exit code {code}; see {target / 'cli.log'}", file=sys.stderr,
+              flush=True)
+        sys.exit(code)
+    sys.exit(compare(original, read_metrics(target), opts, record["task_monitor"]))
+
+
+def split_arguments(rest: list[str]) -> tuple[Path, list[str]]:
+    """`<run dir | ckpt>` (or ckpt_path=...) and the overrides for the re-run."""
+    positional = [a for a in rest if "=" not in a and not a.startswith("-")]
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        raise ZooError(f"`zoo reproduce` takes a run folder or checkpoint and key=value overrides, not {flags[0]}")
+    given = positional[:1] or ([override_value(rest, "ckpt_path")] if override_value(rest, "ckpt_path") else [])
+    if len(positional) > 1 or not given:
+        raise ZooError("`zoo reproduce` needs one run: python -m zoo reproduce outputs/<task>/<run> (or its "
+                       "checkpoints/last.ckpt) [reproduce.tolerance=0.03] [other overrides]")
+    user = [a for a in rest if "=" in a and override_key(a) != "ckpt_path"]
+    return Path(given[0]).expanduser(), user
+
+
+def read_record(source: Path) -> tuple[Path, dict]:
+    """The run folder and what it recorded: task, overrides, resolved config, environment, whether it was resumed.
+    The newest checkpoint is the run's own record (a resumed run's last overrides); config.yaml stands in without."""
+    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+
+    if source.is_file():
+        ckpt_file = source.resolve()
+        run = ckpt_file.parent.parent if ckpt_file.parent.name == "checkpoints" else ckpt_file.parent
+    elif source.is_dir():
+        run = source.resolve()
+        found = sorted((run / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        ckpt_file = run / "checkpoints" / "last.ckpt" if (run / "checkpoints" / "last.ckpt").is_file() else \
+            (found[-1] if found else None)
+    else:
+        raise ZooError(f"{source} not found; give a run folder (outputs/<task>/<run>) or one of its checkpoints")
+    saved = _run_config(run)
+    if ckpt_file is not None:
+        ckpt = load_checkpoint(ckpt_file)
+        zoo = ckpt["zoo"] if "zoo" in ckpt else {}
+        record = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": list(zoo.get("overrides", [])),
+                  "config": zoo.get("config") or saved.get("config") or {}, "env": zoo.get("env")}
+    elif saved:
+        record = {"task": saved["config"]["task"]["name"], "overrides": list(saved.get("overrides", [])),
+                  "config": saved["config"], "env": None}
+    else:
+        raise ZooError(f"{run} holds neither checkpoints nor config.yaml: not a zoo run folder")
+    env_file = run / "env.json"
+    if env_file.is_file():  # the first session's environment: the one the run started on
+        record["env"] = json.loads(env_file.read_text())
+    record["resumed"] = saved.get("resume") or None
+    record["task_monitor"] = str(record["config"].get("task", {}).get("monitor", ""))
+    return run, record
+
+
+def _run_config(run: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    path = run / "config.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}  # type: ignore[return-value]
+
+
+def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str], dict]:
+    """The re-run's overrides (the run's own, the recorded values today's defaults would change, the user's), notes
+    on what could not be pinned, and the reproduce options."""
+    from zoo.base import plain
+    from zoo.core.config import check_overrides, compose, register_resolvers
+
+    register_resolvers()
+    carried = carried_overrides(record["overrides"])
+    # run_dir as the original's: values derived from it (checkpoint and logger folders) then compare equal
+    base = [*carried, *user, f"run_dir='{run}'"]
+    check_overrides(base, sweeps=False)
+    now = plain(compose(base))
+    asked = {override_key(o) for o in user}
+    pins, notes = pinned_values(flatten(record["config"]), flatten(now), asked)
+    if record.get("resumed"):
+        notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
+                     "from it by more than a repeat would")
+    gpu = bool(((record.get("env") or {}).get("gpu") or {}).get("names")) or now.get("trainer", {}).get(
+        "accelerator") in ("gpu", "cuda")
+    if gpu and not now.get("trainer", {}).get("deterministic"):
+        notes.append("trainer.deterministic=false on a GPU: cuDNN's algorithm choice and atomic adds make a repeat "
+                     "vary within seed noise (train with trainer.deterministic=true for exact repeats)")
+    return [*carried, *pins, *user], notes, dict(now.get("reproduce") or {})
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def pinned_values(recorded: dict[str, Any], now: dict[str, Any], asked: set[str]) -> tuple[list[str], list[str]]:
+    """`key=<recorded value>` for every value today's config would set differently; notes for recorded keys that no
+    longer exist (they cannot be set) and new keys (their defaults apply)."""
+    skip = lambda k: k.split(".")[0] in NOT_PINNED or k in asked  # noqa: E731
+    pins = [f"{k}={hydra_literal(v)}" for k, v in recorded.items() if k in now and now[k] != v and not skip(k)]
+    notes = []
+    if pins:
+        notes.append(f"config: {len(pins)} value(s) that today's defaults would change, pinned to the recorded ones: "
+                     + ", ".join(pins[:6]) + (" ..." if len(pins) > 6 else ""))
+    gone = [k for k in recorded if k not in now and not skip(k)]
+    if gone:
+        notes.append(f"config: recorded option(s) that no longer exist, so cannot be set: {', '.join(gone[:6])}")
+    new = [k for k in now if k not in recorded and not skip(k)]
+    if new:
+        notes.append(f"config: option(s) added since the run, at their defaults: {', '.join(new[:6])}")
+    return pins, notes
+
+
+def hydra_literal(value: Any) -> str:
+    """A recorded plain value in Hydra's override grammar."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_literal(v)}" for k, v in value.items()) + "}"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def environment_differences(recorded: dict | None, notes: list[str]) -> list[str]:
+    """The differences between the run's environment and this one that could change the result, then the notes."""
+    from zoo.measure.env import collect
+
+    if not recorded:
+        return ["environment: the run recorded none (env.json); differences unknown", *notes]
+    now = collect()
+    lines = []
+    for name in sorted(set(recorded.get("packages", {})) | set(now["packages"])):
+        was, is_ = recorded.get("packages", {}).get(name), now["packages"].get(name)
+        if was != is_:
+            lines.append(f"package {name}: {was or 'absent'} -> {is_ or 'absent'}")
+    git_was, git_now = recorded.get("git", {}), now["git"]
+    if git_was.get("commit") != git_now.get("commit"):
+        lines.append(f"git commit: {str(git_was.get('commit'))[:12]} -> {str(git_now.get('commit'))[:12]}")
+    if git_was.get("dirty") is True or git_now.get("dirty") is True:
+        state = lambda d: {True: "dirty", False: "clean"}.get(d, "unknown")  # noqa: E731
+        lines.append(f"git tree: {state(git_was.get('dirty'))} at the run, {state(git_now.get('dirty'))} now "
+                     "(uncommitted changes are not recorded: the code may differ even at one commit)")
+    for what, was, is_ in hardware(recorded, now):
+        if was != is_:
+            lines.append(f"{what}: {was} -> {is_}")
+    return (lines or ["environment: same packages, commit and hardware as the original"]) + notes
+
+
+def hardware(recorded: dict, now: dict) -> list[tuple[str, Any, Any]]:
+    cpu = lambda e: f"{e.get('cpu', {}).get('model')} ({e.get('cpu', {}).get('usable_cores')} usable cores)"  # noqa
+    gpu = lambda e: ", ".join(e.get("gpu", {}).get("names") or []) or "none"  # noqa: E731
+    return [("CPU", cpu(recorded), cpu(now)), ("GPU", gpu(recorded), gpu(now)),
+            ("CUDA", recorded.get("gpu", {}).get("cuda"), now["gpu"].get("cuda")),
+            ("Python", recorded.get("python"), now.get("python"))]
+
+
+def read_metrics(run: Path) -> dict[str, float]:
+    """metrics.json, else the last val/ and test/ scalars in the run's TensorBoard files (runs before metrics.json)."""
+    path = run / "metrics.json"
+    if path.is_file():
+        return {k: float(v) for k, v in json.loads(path.read_text()).items()}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    last: dict[str, tuple[float, float]] = {}
+    for events in sorted(run.glob("tensorboard/**/events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            if tag.startswith(("val/", "test/")):
+                e = acc.Scalars(tag)[-1]
+                if tag not in last or e.wall_time >= last[tag][0]:
+                    last[tag] = (e.wall_time, float(e.value))
+    if not last:
+        raise ZooError(f"{run} recorded no final metrics (no metrics.json, no val/ or test/ scalars in tensorboard/); "
+                       "nothing to compare a re-run with")
+    return {k: v for k, (_, v) in sorted(last.items())}
+
+
+def compare(original: dict[str, float], again: dict[str, float], opts: dict, monitor: str) -> int:
+    """Both runs' metrics side by side with their difference; 0 when the judged ones agree within the tolerance."""
+    tolerance = float(opts.get("tolerance", 0.03))
+    judged = list(opts.get("metrics") or [m for m in (monitor, "test/" + monitor.partition("/")[2]) if m])
+    judged = [m for m in judged if m in original and m in again]
+    if not judged:
+        raise ZooError(f"no metric to judge: reproduce.metrics names none that both runs have ({sorted(original)}); "
+                       "set reproduce.metrics=[<key>,...]")
+    print(f"\n  {'metric':<18} {'original':>10} {'re-run':>10} {'difference':>11}", flush=True)
+    for key in sorted(set(original) | set(again)):
+        a, b = original.get(key), again.get(key)
+        diff = f"{b - a:+11.4f}" if a is not None and b is not None else f"{'':>11}"
+        mark = f"  (judged, tolerance {tolerance:g})" if key in judged else ""
+        print(f"  {key:<18} {_num(a):>10} {_num(b):>10} {diff}{mark}", flush=True)
+    worst = max(judged, key=lambda k: abs(again[k] - original[k]))
+    gap = abs(again[worst] - original[worst])
+    if gap <= tolerance:
+        print(f"zoo: reproduced: {', '.join(judged)} within reproduce.tolerance={tolerance:g} (largest difference "
+              f"{gap:.4f}, {worst})", flush=True)
+        return 0
+    print(f"zoo: not reproduced: {worst} {original[worst]:.4f} -> {again[worst]:.4f} differs by {gap:.4f} > "
+          f"reproduce.tolerance={tolerance:g}; see the environment differences above", file=sys.stderr, flush=True)
+    return 1
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
