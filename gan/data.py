@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from zoo.errors import ZooError
 from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.loaders import auto_workers, loader_options
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,17 @@ DATASETS: dict[str, tuple[int, list[str]]] = {
     "folder": (3, []),
 }
 GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
+IN_MEMORY = {"digits"}  # held as one tensor: a worker process would only add a hop per batch
+
+
+def resolve_workers(value: int | str, in_memory: bool) -> int:
+    """`auto`: 0 for in-memory data; else one loader process per usable core but the trainer's own (decoding and
+    resizing images is the per-batch CPU cost, and it must keep up with a GPU step of a few milliseconds)."""
+    if value != "auto":
+        if not str(value).isdigit():
+            raise ZooError(f"task.data.num_workers={value!r}; use auto or a number of loader processes")
+        return int(value)
+    return 0 if in_memory else auto_workers("auto")
 
 
 def load_digits_tensor(image_size: int, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,7 +115,7 @@ class GANDataModule(L.LightningDataModule):
     """
 
     def __init__(self, name: str = "digits", image_size: int = 32, channels: int | None = None, batch_size: int = 64,
-                 num_workers: int = 0, val_fraction: float = 0.2, val_size: int | None = None,
+                 num_workers: int | str = "auto", val_fraction: float = 0.2, val_size: int | None = None,
                  data_dir: str = "data", root: str | None = None, download: bool = True, seed: int = 0) -> None:
         super().__init__()
         if name not in DATASETS:
@@ -114,7 +126,8 @@ class GANDataModule(L.LightningDataModule):
             raise ZooError("data name=folder needs task.data.root=<folder of images>")
         if not 0 < val_fraction < 1:
             raise ZooError(f"val_fraction {val_fraction} must be in (0, 1)")
-        self.name, self.image_size, self.batch_size, self.num_workers = name, image_size, batch_size, num_workers
+        self.name, self.image_size, self.batch_size = name, image_size, batch_size
+        self.num_workers = resolve_workers(num_workers, name in IN_MEMORY)
         self.val_fraction, self.val_size, self.seed, self.download = val_fraction, val_size, seed, download
         self.data_dir, self.root = Path(data_dir).expanduser(), Path(root).expanduser() if root else None
         native, self.class_names = DATASETS[name]
@@ -213,7 +226,7 @@ class GANDataModule(L.LightningDataModule):
 
     def _loader(self, ds: Dataset, shuffle: bool, drop_last: bool = False) -> DataLoader:
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+                          **loader_options(self.trainer, self.num_workers))
 
     def train_dataloader(self) -> DataLoader:
         # drop_last: a last batch of 1-2 images makes BatchNorm statistics (and D's verdict) noisy

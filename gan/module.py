@@ -1,8 +1,9 @@
 """DCGAN LightningModule: two optimisers by manual optimisation inside the zoo's shared trainer.
 
-Per training batch: one discriminator (critic) step; every `n_critic`-th batch also one generator step, then the
-EMA generator follows. Validation compares EMA-generator samples with the val split in an evaluator's features
-(Fréchet distance, the monitored `val/fd`) and, for labelled data, the classes the evaluator sees in them.
+Per training batch: one discriminator (critic) step; every `n_critic`-th batch also one generator step on the same
+fakes, then the EMA generator follows (gan/speed.py: what keeps these steps to few kernel launches). Validation
+compares EMA-generator samples with the val split in an evaluator's features (Fréchet distance, the monitored
+`val/fd`) and, for labelled data, the classes the evaluator sees in them.
 Test adds the real-vs-real floor at the same sample count.
 
 Note: in manual optimisation Lightning counts every optimizer.step() in `global_step`, so `trainer.max_steps`
@@ -20,6 +21,7 @@ import torch
 from gan import losses
 from gan.evaluator import Judge, build_judge
 from gan.models import SIZES, build, list_models
+from gan.speed import build_optimizer, check_compile_mode, compile_networks, ema_update_
 from zoo.errors import ZooError
 from zoo.kit import tb
 from zoo.kit.optim import require_optimizer
@@ -43,6 +45,7 @@ class DCGAN(L.LightningModule):
         eval_train_steps: int = 500,
         inception_fid: bool = False,
         num_fixed: int = 64,
+        compile_mode: str | None = None,
         channels: int = 1,
         image_size: int = 32,
         num_classes: int = 0,
@@ -66,16 +69,23 @@ class DCGAN(L.LightningModule):
                            "a folder with one sub-folder per class, or set task.module.conditional=false")
         if n_critic < 1:
             raise ZooError(f"n_critic={n_critic} must be >= 1")
+        if check_compile_mode(compile_mode) and loss == "wgan_gp":
+            raise ZooError("compile_mode needs a loss without the gradient penalty: torch.compile has no double "
+                           "backward; use loss=nonsat or hinge, or compile_mode=null")
         k = num_classes if conditional else 0
         # WGAN-GP penalises per-sample gradients, which batch norm couples; SN-GANs drop batch norm too.
         d_norm = "none" if (loss == "wgan_gp" or spectral_norm) else "batch"
         self.generator, self.discriminator = build(arch, nz, channels, image_size, k, width, d_norm, spectral_norm)
         self.generator_ema = copy.deepcopy(self.generator).requires_grad_(False).eval()
         self.register_buffer("ema_updates", torch.zeros((), dtype=torch.long))
+        # the host's copy of ema_updates: reading the buffer every G step would wait for the GPU each time
+        self._ema_count: int | None = None
+        self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_ema_count", None))
         gen = torch.Generator().manual_seed(1234)  # fixed noise: the same grid every epoch, saved for resume
         self.register_buffer("fixed_z", torch.randn(num_fixed, nz, generator=gen))
         self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
         self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
+        self._compiled: list[str] = []  # networks compiled in setup() for compile_mode
         # Fine-tuning G and D from an earlier run (gan/pretrained.py); the zoo saves `pretrained` as False in every
         # checkpoint, so load_from_checkpoint never reads the source again.
         from gan.pretrained import load_pretrained
@@ -113,70 +123,94 @@ class DCGAN(L.LightningModule):
         return torch.cat(out) if out else torch.empty(0)
 
     # ------------------------------------------------------------------------------------------------ training
-    def _labels(self, n: int) -> torch.Tensor | None:
-        return torch.randint(0, self.hparams.num_classes, (n,), device=self.device) if self.conditional else None
-
     def _d_output(self, x: torch.Tensor) -> torch.Tensor:
         """What TensorBoard shows as D(x): a probability for the logistic loss, the raw critic value otherwise."""
         return torch.sigmoid(x.float()).mean() if self.hparams.loss == "nonsat" else x.float().mean()
 
-    def discriminator_step(self, real: torch.Tensor, labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def discriminator_step(self, real: torch.Tensor, labels: torch.Tensor | None, keep_fake: bool = False,
+                           stats: bool = True) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One D step; returns its statistics and the fakes, with G's graph when `keep_fake` (a G step follows and
+        reuses them: one G forward per batch instead of two, as in PyTorch's DCGAN example)."""
         hp = self.hparams
         opt_d = self.optimizers()[0]
-        with torch.no_grad():
+        with torch.set_grad_enabled(keep_fake):
             # conditional: fakes share the real batch's labels, so GP interpolates within a class
             fake = self.generator(torch.randn(len(real), hp.nz, device=self.device), labels)
-        d_real, d_fake = self.discriminator(real, labels), self.discriminator(fake, labels)
+        d_real, d_fake = self.discriminator(real, labels), self.discriminator(fake.detach(), labels)
         loss = losses.d_loss(hp.loss, d_real, d_fake)
-        out = {"loss_d": loss.detach(), "d_real": self._d_output(d_real), "d_fake": self._d_output(d_fake)}
+        out = {"loss_d": loss.detach()}
+        if stats:
+            out.update(d_real=self._d_output(d_real.detach()), d_fake=self._d_output(d_fake.detach()))
         if hp.loss == "wgan_gp":
-            gp = losses.gradient_penalty(lambda x: self.discriminator(x, labels), real, fake)
+            gp = losses.gradient_penalty(lambda x: self.discriminator(x, labels), real, fake.detach())
             loss = loss + hp.gp_weight * gp
             out["gp"] = gp.detach()
         opt_d.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         opt_d.step()
-        return out
+        return out, fake
 
-    def generator_step(self, n: int) -> dict[str, torch.Tensor]:
+    def generator_step(self, fake: torch.Tensor, labels: torch.Tensor | None,
+                       stats: bool = True) -> dict[str, torch.Tensor]:
+        """One G step on the D step's fakes (their graph through G kept), judged by the D just updated."""
         opt_g = self.optimizers()[1]
         with self.toggled_optimizer(opt_g):  # D's parameters need no gradients for this step
-            y = self._labels(n)
-            d_fake = self.discriminator(self.generator(torch.randn(n, self.hparams.nz, device=self.device), y), y)
+            d_fake = self.discriminator(fake, labels)
             loss = losses.g_loss(self.hparams.loss, d_fake)
             opt_g.zero_grad(set_to_none=True)
             self.manual_backward(loss)
             opt_g.step()
         self.update_ema()
-        return {"loss_g": loss.detach(), "d_fake_g": self._d_output(d_fake.detach())}
+        out = {"loss_g": loss.detach()}
+        if stats:
+            out["d_fake_g"] = self._d_output(d_fake.detach())
+        return out
 
     @torch.no_grad()
     def update_ema(self) -> None:
         """EMA of G's weights with TF-style warm-up (decay (1+t)/(10+t) early on); BN statistics are copied."""
         if self.hparams.ema_decay <= 0:
             return
-        self.ema_updates += 1
-        t = float(self.ema_updates)
+        if self._ema_count is None:  # once per run, and after every load_state_dict (resume, pretrained)
+            self._ema_count = int(self.ema_updates)
+        self._ema_count += 1
+        t = self._ema_count
+        self.ema_updates.fill_(t)
         decay = min(self.hparams.ema_decay, (1 + t) / (10 + t))
-        for pe, p in zip(self.generator_ema.parameters(), self.generator.parameters()):
-            pe.lerp_(p.detach(), 1 - decay)
-        for be, b in zip(self.generator_ema.buffers(), self.generator.buffers()):
-            be.copy_(b)
+        ema_update_(self.generator_ema, self.generator, 1 - decay)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         real, labels = batch
+        labels = labels if self.conditional else None
+        if self.hparams.compile_mode == "reduce-overhead" and real.is_cuda:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be reused from here on
         scheds = self._schedulers()
-        stats = self.discriminator_step(real, labels if self.conditional else None)
+        g_step = (batch_idx + 1) % self.hparams.n_critic == 0
+        log = self._writes_logs()
+        stats, fake = self.discriminator_step(real, labels, keep_fake=g_step, stats=log)
         if scheds:
             scheds[0].step()
-        if (batch_idx + 1) % self.hparams.n_critic == 0:
-            stats.update(self.generator_step(len(real)))
+        if g_step:
+            stats.update(self.generator_step(fake, labels, stats=log))
             if scheds:
                 scheds[1].step()
+        if log:
+            self._log_stats(stats, len(real))
+
+    def _writes_logs(self) -> bool:
+        """Whether Lightning writes this batch's step metrics (every trainer.log_every_n_steps batches).
+
+        Statistics of the other batches would never be written; computing and logging them is ~30 small ops per
+        step, and the progress bar reading them waits for the GPU every batch.
+        """
+        trainer = self._trainer
+        return trainer is None or bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
+
+    def _log_stats(self, stats: dict[str, torch.Tensor], n: int) -> None:
         for key in ("loss_d", "loss_g"):
             if key in stats:
-                self.log(f"train/{key}", stats.pop(key), prog_bar=True, batch_size=len(real))
-        self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=len(real))
+                self.log(f"train/{key}", stats.pop(key), prog_bar=True, batch_size=n)
+        self.log_dict({f"train/{k}": v for k, v in stats.items()}, batch_size=n)
 
     def _schedulers(self) -> list:
         s = self.lr_schedulers()
@@ -185,8 +219,16 @@ class DCGAN(L.LightningModule):
     # ------------------------------------------------------------------------------------------------ evaluation
     def setup(self, stage: str) -> None:
         # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
-        if stage in ("fit", "validate", "test") and self.judge is None:
+        if stage in ("fit", "validate", "test") and self.judge is None and self._evaluates(stage):
             self.judge = build_judge(self.hparams, self.trainer.datamodule)
+        if stage == "fit" and not self._compiled:
+            self._compiled = compile_networks({"generator": self.generator, "discriminator": self.discriminator},
+                                              self.hparams.compile_mode)
+
+    def _evaluates(self, stage: str) -> bool:
+        """A fit without validation (`zoo bench`, limit_val_batches=0) needs no evaluator: building one can train the
+        built-in classifier first, minutes on a CPU. The test stage after such a fit builds it then."""
+        return stage != "fit" or self.trainer.limit_val_batches != 0
 
     def on_validation_epoch_start(self) -> None:
         self.judge.start("val", self.device)
@@ -227,10 +269,12 @@ class DCGAN(L.LightningModule):
     # ------------------------------------------------------------------------------------------------ optimisers
     def configure_optimizers(self) -> Any:
         require_optimizer(self)
-        opt_d = self.optimizer_factory(self.discriminator.parameters())
+        # Lightning moves the module to its device before this hook, so the parameters say where the step runs
+        device = next(self.generator.parameters()).device
+        opt_d = build_optimizer(self.optimizer_factory, self.discriminator.parameters(), device)
         for g in opt_d.param_groups:
             g["lr"] *= self.hparams.d_lr_scale
-        opt_g = self.optimizer_factory(self.generator.parameters())
+        opt_g = build_optimizer(self.optimizer_factory, self.generator.parameters(), device)
         if self.scheduler_factory is None:
             return [opt_d, opt_g]
         total = int(self.trainer.estimated_stepping_batches)

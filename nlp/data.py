@@ -16,6 +16,7 @@ from nlp import builtin, files, glue
 from nlp.models.hub import load_tokenizer
 from nlp.sampler import LengthGroupedSampler, pad_batch
 from zoo.errors import ZooError
+from zoo.kit.loaders import loader_options
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,10 @@ class TextDataModule(pl.LightningDataModule):
         lengths = [len(f["input_ids"]) for f in feats] if self.group_by_length else [0] * len(feats)
         # With group_by_length=false the lengths are all equal, so the sampler is a plain shuffle (or identity).
         sampler = LengthGroupedSampler(lengths, bs, shuffle=train, num_replicas=world, rank=rank, seed=self.seed)
+        # Pinned on a CUDA trainer: Lightning's copy to the GPU is then asynchronous (non_blocking); a padded batch
+        # of token ids is small (B x T int64), so pinning it in the main thread costs little when num_workers=0.
         return DataLoader(feats, batch_size=bs, sampler=sampler, collate_fn=self.collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+                          **loader_options(trainer, self.num_workers, pin_in_main=True))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)

@@ -3,7 +3,8 @@ a machine with none): `task.data._target_=nlp.synthetic.SyntheticTextDataModule 
 encoder folder from `write_encoder` and `task.module.pretrained=false` (random init: the same speed).
 
 Every position is a real token (attention mask all ones), so tokens/s counts every slot. A few batches are made once
-and served again and again. Accepts (and ignores) the other keys of the task's data config.
+and served again and again, kept on the trainer's GPU (or pinned once), so the loader adds no copy per step.
+Accepts (and ignores) the other keys of the task's data config.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from zoo.kit.loaders import pool_placement
 
 # Architectures by name (Hugging Face BertConfig fields): BERT-base (Devlin et al. 2019), and a tiny one for dry runs.
 ENCODERS = {
@@ -46,6 +49,13 @@ class _Batches(Dataset):
         return self.pool[i % len(self.pool)]
 
 
+def _placed(batch: dict, placement: str, device: torch.device | None) -> dict:
+    if placement == "cpu":
+        return batch
+    move = (lambda t: t.to(device)) if placement == "device" else (lambda t: t.pin_memory())
+    return {k: move(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 class SyntheticTextDataModule(pl.LightningDataModule):
     def __init__(self, max_length: int = 128, batch_size: int = 32, vocab_size: int = 30522, num_labels: int = 2,
                  batches: int = 100_000, pool: int = 4, seed: int = 0, **_: Any) -> None:
@@ -54,6 +64,8 @@ class SyntheticTextDataModule(pl.LightningDataModule):
         self.label_names = [str(i) for i in range(int(num_labels))]
         self.batches, self.pool_size, self.seed = int(batches), int(pool), int(seed)
         self.tokenizer = None  # ids are made directly; nothing to tokenize
+        self.pool: list[dict] | None = None
+        self.placement: str | None = None
 
     def model_kwargs(self) -> dict:
         return {"label_names": self.label_names, "task_type": "classification", "metrics": ["acc"]}
@@ -65,10 +77,19 @@ class SyntheticTextDataModule(pl.LightningDataModule):
                 "token_type_ids": torch.zeros(b, t, dtype=torch.long),
                 "labels": torch.randint(0, len(self.label_names), (b,), generator=g), "text": [""] * b}
 
+    def _pool(self) -> list[dict]:
+        """The batches, made once for every loader (train and val share them) and placed once."""
+        if self.pool is None:
+            g = torch.Generator().manual_seed(self.seed)
+            trainer = self.trainer
+            device = trainer.strategy.root_device if trainer is not None else None
+            self.placement = pool_placement(device, torch.cuda.is_available())
+            self.pool = [_placed(self._batch(g), self.placement, device) for _ in range(self.pool_size)]
+        return self.pool
+
     def _loader(self, batches: int) -> DataLoader:
-        g = torch.Generator().manual_seed(self.seed)
-        pool = [self._batch(g) for _ in range(self.pool_size)]
-        return DataLoader(_Batches(pool, batches), batch_size=None, pin_memory=torch.cuda.is_available())
+        # pin_memory=False: the pool is placed once (pool_placement), the loader adds no copy per batch
+        return DataLoader(_Batches(self._pool(), batches), batch_size=None, pin_memory=False)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.batches)

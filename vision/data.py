@@ -9,7 +9,6 @@ were trained on.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,12 @@ from torchvision.transforms import v2
 
 from zoo.errors import ZooError
 from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.loaders import auto_workers, loader_options
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder")
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-
-
-def auto_workers(value: int | str) -> int:
-    if value != "auto":
-        return int(value)
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
 def channel_stats(stats: list[float], channels: int) -> list[float]:
@@ -85,6 +79,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.num_workers = 0 if dataset == "digits" else auto_workers(num_workers)  # in-memory: workers only cost
         self.class_names = self._class_names()
         self.train_set = self.val_set = self.test_set = None
+        self.test_is_val = False  # imagefolder without test/: the module says so when it tests
         if dataset == "imagefolder":
             self._setup_folder()  # scan now: a missing or empty folder fails before any model is built
 
@@ -178,7 +173,8 @@ class ImageDataModule(pl.LightningDataModule):
                            "<root>/train/<class>/*.jpg and <root>/val/<class>/*.jpg")
         val = CheckedImageFolder(val_dir, self.class_names, mode)
         test_dir = self.root / "test"
-        test = CheckedImageFolder(test_dir, self.class_names, mode) if test_dir.is_dir() else val
+        self.test_is_val = not test_dir.is_dir()
+        test = val if self.test_is_val else CheckedImageFolder(test_dir, self.class_names, mode)
         if self.check_images:  # every unreadable file named now, not the first one mid-epoch
             check_images(dict.fromkeys(p for ds in (train, val, test) for p, _ in ds.samples), str(self.root))
         self.train_set = self._wrap(train, self.train_transform())
@@ -190,9 +186,9 @@ class ImageDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          pin_memory=torch.cuda.is_available(), persistent_workers=self.num_workers > 0,
-                          drop_last=shuffle and len(ds) > self.batch_size)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle,
+                          drop_last=shuffle and len(ds) > self.batch_size,
+                          **loader_options(self.trainer, self.num_workers))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)

@@ -61,7 +61,8 @@ def test_each_optimiser_updates_only_its_network(tmp_path):
     assert not names(m, "generator_ema.")  # EMA weights are not trained by any optimiser ...
     assert any(not torch.equal(a, b) for a, b in zip(ema_before, m.generator_ema.parameters()))  # ... they follow G
     assert all(p.requires_grad for p in m.discriminator.parameters())  # toggled back after the G step
-    assert m.judge is not None  # built for fit, and kept out of the checkpoint:
+    assert m.judge is None  # this fit has no validation: no evaluator to build (nor classifier to train)
+    m.setup("validate")  # built for evaluation, and kept out of the checkpoint:
     assert not any(k.startswith(("judge", "_")) for k in m.state_dict())
     assert all(p is not q for p in m.parameters() for q in m.judge.evaluator.parameters())
 

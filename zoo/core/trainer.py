@@ -149,6 +149,8 @@ NOISE_WARNINGS = (
     # false for zoo runs: Lightning logs every log_every_n_steps *global* steps, so epochs shorter than the interval
     # still log (tests/test_trainer.py checks the TensorBoard steps)
     r"The number of training batches \(\d+\) is smaller than the logging interval",
+    # a module's batch hook beside a datamodule is the intended split (vision: channels_last inputs), not a mistake
+    r"You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a `LightningDataModule`",
 )
 NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
@@ -203,6 +205,7 @@ def prepare_module(module: Any, tcfg: DictConfig) -> Any:
     """channels_last and torch.compile switches, applied to the module before fit."""
     if tcfg.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)
+        module.input_memory_format = torch.channels_last  # a module that reads it converts its input batches too
     if tcfg.get("compile"):
         compile_networks(module)
     return module
