@@ -41,3 +41,11 @@ def probe(path: str) -> tuple[float | None, str | None]:
     if info.frames <= 0:
         return None, "empty"
     return info.frames / info.samplerate, None
+
+
+def probe_usable(path: str, max_duration: float | None) -> tuple[float | None, str | None]:
+    """probe(), and a file longer than `max_duration` seconds refused with its reason, as any unusable file is."""
+    duration, reason = probe(path)
+    if reason is None and max_duration and duration > max_duration:
+        reason = f"longer than max_duration={max_duration}s"
+    return duration, reason

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import lightning as L
 import torch
@@ -34,9 +34,10 @@ class SpeechDataset(Dataset):
     """
 
     def __init__(self, rows: list[Utterance], sample_rate: int, in_memory: bool = False,
-                 speed_perturb: list[float] | None = None) -> None:
+                 speed_perturb: list[float] | None = None, augment: torch.nn.Module | None = None) -> None:
         self.rows, self.sample_rate, self.in_memory = rows, sample_rate, in_memory
         self.speed_perturb = [float(f) for f in speed_perturb or []]
+        self.augment = augment  # speech.augment.WaveAugment (training only): tilt, room, noise
         self.texts = [normalize_text(r.text) for r in rows]
         self._cache: dict[int, torch.Tensor] = {}
 
@@ -53,6 +54,8 @@ class SpeechDataset(Dataset):
             factor = random.choice(self.speed_perturb)
             if factor != 1.0:  # a longer signal played at the same rate: slower and lower
                 wave = resampler(self.sample_rate, int(round(self.sample_rate * factor)))(wave)
+        if self.augment is not None:
+            wave = self.augment(wave)
         return wave, self.texts[i]
 
 
@@ -107,16 +110,27 @@ class BucketBatchSampler(BatchSampler):
 
 
 class SpeechDataModule(L.LightningDataModule):
-    """Shared loaders; subclasses implement `load_rows()` -> {"train": [...], "val": [...], "test": [...]}."""
+    """Shared loaders; subclasses implement `load_rows()` -> {"train": [...], "val": [...], "test": [...]}.
+
+    augment: options of `speech.augment.WaveAugment` (tilt, room, noise), drawn per training utterance.
+    mix_synth: add eSpeak NG utterances to the training split (true or "espeak": the zoo's corpus at this rate;
+    a dict of `speech.synth.generate` options; or a corpus folder holding train.jsonl), only those whose words all
+    occur in the real training transcripts;
+    mix_synth_ratio: how many per real training utterance (null: every one that fits).
+    """
 
     def __init__(self, sample_rate: int = 16000, batch_size: int = 32, num_workers: int = 0,
                  max_duration: float | None = 20.0, in_memory: bool = False, base_vocab_from: str | None = None,
                  chars: str | None = None, speed_perturb: list[float] | None = None,
-                 limit_train: int | None = None) -> None:
+                 limit_train: int | None = None, augment: dict | None = None,
+                 mix_synth: str | bool | dict | None = None, mix_synth_ratio: float | None = None) -> None:
         super().__init__()
         self.sample_rate, self.batch_size, self.num_workers = sample_rate, batch_size, num_workers
         self.max_duration, self.in_memory, self.base_vocab_from = max_duration, in_memory, base_vocab_from
         self.limit_train, self.chars, self.speed_perturb = limit_train, chars, speed_perturb
+        self.augment = dict(augment) if augment else None
+        self.mix_synth = dict(mix_synth) if isinstance(mix_synth, Mapping) else mix_synth
+        self.mix_synth_ratio = mix_synth_ratio
         self.rows: dict[str, list[Utterance]] | None = None
         self.vocab: Vocab | None = None
 
@@ -140,6 +154,11 @@ class SpeechDataModule(L.LightningDataModule):
         self.rows = self.load_rows()
         if self.limit_train:
             self.rows["train"] = self.rows["train"][: self.limit_train]
+        if self.mix_synth:
+            from .synth import mix_rows
+
+            self.rows["train"] = self.rows["train"] + mix_rows(self.mix_synth, self.rows["train"], self.sample_rate,
+                                                               self.mix_synth_ratio, self.max_duration)
         self.vocab = self._build_vocab([r.text for r in self.rows["train"]])
         for split in ("train", "val", "test"):
             oov = sorted({c for r in self.rows.get(split, []) for c in self.vocab.oov(normalize_text(r.text))})
@@ -151,6 +170,13 @@ class SpeechDataModule(L.LightningDataModule):
     def model_kwargs(self) -> dict:
         return {"vocab": self._build_vocab(None).tokens}
 
+    def prepare_data(self) -> None:
+        # rank 0 only (Lightning) builds a corpus to mix in; the other ranks find it finished
+        if self.mix_synth in (True, "espeak") or isinstance(self.mix_synth, dict):
+            from .synth import mix_corpus
+
+            mix_corpus(self.mix_synth, self.sample_rate)
+
     def setup(self, stage: str | None = None) -> None:
         self._ensure()
 
@@ -159,7 +185,12 @@ class SpeechDataModule(L.LightningDataModule):
         rows = self.rows.get(split) or []
         if not rows:
             raise ZooError(f"{type(self).__name__} has no {split} utterances; provide a {split} split")
-        ds = SpeechDataset(rows, self.sample_rate, self.in_memory, self.speed_perturb if train else None)
+        augment = None
+        if train and self.augment:
+            from .augment import WaveAugment
+
+            augment = WaveAugment(self.sample_rate, **self.augment)
+        ds = SpeechDataset(rows, self.sample_rate, self.in_memory, self.speed_perturb if train else None, augment)
         collate = Collate(self.vocab)
         common = {"collate_fn": collate, "num_workers": self.num_workers,
                   "persistent_workers": self.num_workers > 0}
@@ -215,6 +246,7 @@ class SynthDigitsDataModule(SpeechDataModule):
         return generate(self.root, self.sample_rate, *self.sizes, max_words=self.max_words, seed=self.seed)
 
     def prepare_data(self) -> None:
+        super().prepare_data()
         self._generate()  # rank 0 only (Lightning); the others find the finished folder
 
     def load_rows(self) -> dict[str, list[Utterance]]:
@@ -247,6 +279,7 @@ class LibriSpeechDataModule(SpeechDataModule):
         self.splits = {"train": list(train or ["train-clean-100"]), "val": [val], "test": [test]}
 
     def prepare_data(self) -> None:
+        super().prepare_data()
         for urls in self.splits.values():
             for url in urls:
                 self._dataset(url)
@@ -263,7 +296,7 @@ class LibriSpeechDataModule(SpeechDataModule):
     def load_rows(self) -> dict[str, list[Utterance]]:
         from collections import Counter
 
-        from .audio import probe
+        from .audio import probe_usable
         from .manifest import report_skips
 
         out = {}
@@ -274,9 +307,7 @@ class LibriSpeechDataModule(SpeechDataModule):
                 for n in range(len(ds)):
                     rel, _, text, *_ = ds.get_metadata(n)
                     path = os.path.join(self.root, "LibriSpeech", rel)
-                    duration, reason = probe(path)
-                    if reason is None and self.max_duration and duration > self.max_duration:
-                        reason = f"longer than max_duration={self.max_duration}s"
+                    duration, reason = probe_usable(path, self.max_duration)
                     if reason:
                         skipped[reason] += 1
                         example.setdefault(reason, path)

@@ -4,6 +4,7 @@ flashlight-text decoder, optionally constrained by a lexicon and scored by a Ken
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 
 import torch
@@ -14,7 +15,7 @@ SIL = "|"  # flashlight's word separator; our vocabulary writes it as " "
 
 
 def greedy_ids(emissions: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    """emissions (B, T, V) scores, lengths (B,) -> best-path ids per utterance, repeats merged then blanks (0)
+    """emissions (B, T, V) scores, lengths (B,) -> best-path ids per utterance, repeats merged, then blanks (0)
     dropped."""
     best = emissions.argmax(-1).cpu()  # (B, T)
     out = []
@@ -33,16 +34,36 @@ def greedy_decode(emissions: torch.Tensor, lengths: torch.Tensor, tokens: Sequen
     return [" ".join("".join(tokens[i] for i in ids).split()) for ids in greedy_ids(emissions, lengths)]
 
 
+def write_lexicon(words: Sequence[str], tokens: Sequence[str], path: str) -> str:
+    """A flashlight lexicon (`word<TAB>c h a r s |`) for words spelled with `tokens`; a word with a character the
+    vocabulary lacks could never be emitted, so it is refused by name."""
+    known = set(tokens[1:]) - {" "}
+    bad = sorted({w for w in words if not w or set(w) - known})
+    if bad or not words:
+        raise ZooError(f"decoder.lexicon words {bad or '[]'} cannot be spelled with the vocabulary "
+                       f"{''.join(sorted(known))!r}; use words made of its characters")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"{w}\t{' '.join(w)} {SIL}\n" for w in dict.fromkeys(words))
+    return path
+
+
+def _lexicon_words(path: str) -> set[str]:
+    with open(path, encoding="utf-8") as f:
+        return {line.split()[0] for line in f if line.strip()}
+
+
 class BeamDecoder:
     """torchaudio.models.decoder.ctc_decoder over our character tokens.
 
-    lexicon: a file of `word<TAB>c h a r s |` lines (flashlight format) restricting output to known words;
-    lm: a KenLM binary/ARPA file (needs the lexicon or word units, as flashlight requires). Both optional.
+    lexicon: a file of `word<TAB>c h a r s |` lines (flashlight format), or a list of words (spelled with the
+    vocabulary's characters), restricting output to known words; lm: a KenLM binary/ARPA file (needs the lexicon
+    or word units, as flashlight requires). Both optional.
     """
 
-    def __init__(self, tokens: Sequence[str], beam_size: int = 20, lexicon: str | None = None, lm: str | None = None,
-                 lm_weight: float = 0.5, word_score: float = 0.0) -> None:
-        for path, what in ((lexicon, "lexicon"), (lm, "lm")):
+    def __init__(self, tokens: Sequence[str], beam_size: int = 20, lexicon: str | Sequence[str] | None = None,
+                 lm: str | None = None, lm_weight: float = 0.5, word_score: float = 0.0) -> None:
+        words = None if lexicon is None or isinstance(lexicon, str) else [str(w) for w in lexicon]
+        for path, what in ((None if words is not None else lexicon, "lexicon"), (lm, "lm")):
             if path and not os.path.isfile(path):
                 raise ZooError(f"decoder {what} file not found: {path}; pass an existing file or null")
         if lm and not lexicon:
@@ -51,21 +72,29 @@ class BeamDecoder:
 
         self.tokens = [SIL if t == " " else t for t in tokens]
         self.tokens[0] = "-"  # blank
-        self._decoder = ctc_decoder(lexicon=lexicon, tokens=self.tokens, lm=lm, beam_size=beam_size,
-                                    lm_weight=lm_weight if lm else 0.0, word_score=word_score, blank_token="-",
-                                    sil_token=SIL, unk_word="<unk>")
+        with tempfile.TemporaryDirectory() as tmp:  # flashlight reads the lexicon while it builds the decoder
+            if words is not None:
+                lexicon = write_lexicon(words, tokens, os.path.join(tmp, "words.lex"))
+            # With a lexicon, the best path can end inside a word ("thre"), and flashlight leaves `words` empty on
+            # some complete paths: keep a few paths and take the best whose spelling is lexicon words only.
+            self.lexicon_words = _lexicon_words(lexicon) if lexicon else None
+            self._decoder = ctc_decoder(lexicon=lexicon, tokens=self.tokens, lm=lm, beam_size=beam_size,
+                                        nbest=min(beam_size, 10) if self.lexicon_words is not None else 1,
+                                        lm_weight=lm_weight if lm else 0.0, word_score=word_score, blank_token="-",
+                                        sil_token=SIL, unk_word="<unk>")
 
     def __call__(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """emissions (B, T, V) log-probabilities (float32, CPU)."""
         hyps = self._decoder(emissions.float().cpu().contiguous(), lengths.cpu().to(torch.int32))
         out = []
         for nbest in hyps:
-            if not nbest:
-                out.append("")
-                continue
-            if nbest[0].words:
-                out.append(" ".join(nbest[0].words))
-            else:
-                chars = "".join(self.tokens[i] for i in nbest[0].tokens.tolist() if i != 0)
-                out.append(" ".join(chars.replace(SIL, " ").split()))
+            spelled = [self._spell(h.tokens) for h in nbest]
+            if self.lexicon_words is not None:
+                whole = [t for t in spelled if t and set(t.split()) <= self.lexicon_words]
+                spelled = whole or spelled
+            out.append(spelled[0] if spelled else "")
         return out
+
+    def _spell(self, ids: torch.Tensor) -> str:
+        chars = "".join(self.tokens[i] for i in ids.tolist() if i != 0)
+        return " ".join(chars.replace(SIL, " ").split())

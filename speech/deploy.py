@@ -7,6 +7,9 @@ LSTM), so model.json describes the features exactly (STFT, mel filterbank, log, 
 `zoo serve` computes them with the checkpoint's own LogMel. The recurrent model exports with the TorchScript-based
 exporter, which maps pack_padded_sequence onto ONNX's LSTM sequence lengths (max abs diff ~1e-7, measured).
 ExportedProgram is not offered: torch.export fails on the packed sequence as well.
+
+An HF encoder (arch wav2vec2/hubert/wavlm) takes the waveform itself: its graph is waveform (B, T) float32 + sample
+counts (B,) int64 -> the same two outputs, per-utterance normalisation included; nothing is computed outside it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,25 @@ class _Acoustic(torch.nn.Module):
         return logits.float().log_softmax(-1), lengths
 
 
+class _WaveAcoustic(torch.nn.Module):
+    def __init__(self, module: Any) -> None:
+        super().__init__()
+        self.model = module.model
+
+    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, out_lengths = self.model(wave, lengths)
+        return logits.float().log_softmax(-1), out_lengths
+
+
+def _takes_wave(module: Any) -> bool:
+    return bool(getattr(module.model, "takes_wave", False))
+
+
 def export_graph(module: Any) -> Graph:
+    if _takes_wave(module):
+        return Graph(_WaveAcoustic(module), ["wave", "lengths"], ["log_probs", "out_lengths"],
+                     {"wave": {0: "batch", 1: "samples"}, "lengths": {0: "batch"},
+                      "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
     return Graph(_Acoustic(module), ["features", "frames"], ["log_probs", "out_lengths"],
                  {"features": {0: "batch", 2: "frames"}, "frames": {0: "batch"},
                   "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
@@ -51,8 +72,12 @@ def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     with torch.inference_mode():
         for batch in data.val_dataloader():
             k = min(len(batch["lengths"]), n - seen)
-            feats, frames = module.features(batch["wave"][:k], batch["lengths"][:k])
-            out.append(Examples((feats.contiguous(), frames),
+            if _takes_wave(module):
+                inputs = (batch["wave"][:k].contiguous(), batch["lengths"][:k])
+            else:
+                feats, frames = module.features(batch["wave"][:k], batch["lengths"][:k])
+                inputs = (feats.contiguous(), frames)
+            out.append(Examples(inputs,
                                 {"texts": list(batch["texts"][:k]), "tokens": list(module.vocab.tokens)}))
             seen += k
             if seen >= n:
@@ -63,6 +88,13 @@ def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
 def metadata(module: Any, cfg: Any) -> dict:
     hp, mel = module.hparams, module.features.mel
     spec = mel.spectrogram
+    post = {"greedy": "argmax per frame up to out_lengths, merge repeats, drop the blank (index 0), join the tokens, "
+                      "collapse spaces"}
+    if _takes_wave(module):
+        return {"preprocess": {"input": "waveform", "sample_rate": hp.sample_rate, "mono": True,
+                               "padding": "zeros after each utterance; lengths = real samples",
+                               "normalization": "inside the graph", "max_seconds": float(hp.max_seconds)},
+                "vocabulary": list(module.vocab.tokens), "blank_index": 0, "postprocess": post}
     return {
         "preprocess": {
             "input": "log-Mel features, not the waveform (torch.stft does not export; see speech/deploy.py)",
@@ -71,13 +103,13 @@ def metadata(module: Any, cfg: Any) -> dict:
             "center": True, "pad_mode": "reflect", "power": 2.0, "mel_scale": "htk", "mel_norm": None,
             "f_min": 0.0, "f_max": hp.sample_rate / 2,
             "log": "ln(mel + 1e-6)",
-            "normalization": "per utterance and mel bin over the real frames: (x - mean) / sqrt(var + 1e-5); "
-                             "padding frames set to 0",
+            "normalization": ("per utterance and mel bin" if module.features.norm == "bin" else
+                              "per utterance, one mean and variance over all mel bins") +
+                             " over the real frames: (x - mean) / sqrt(var + 1e-5); padding frames set to 0",
             "frames": "samples // hop_length + 1", "max_seconds": float(hp.max_seconds),
         },
         "vocabulary": list(module.vocab.tokens), "blank_index": 0,
-        "postprocess": {"greedy": "argmax per frame up to out_lengths, merge repeats, drop the blank (index 0), "
-                                  "join the tokens, collapse spaces"},
+        "postprocess": post,
     }
 
 
@@ -118,7 +150,12 @@ class Handler:
 
         pre = meta["preprocess"]
         self.rate = int(pre["sample_rate"])
-        self.front = module.features if module is not None else LogMel(self.rate, int(pre["n_mels"]))
+        self.wave_input = pre.get("input") == "waveform"  # an HF encoder: the graph takes the samples
+        if self.wave_input:
+            self.pad = {"wave": 0.0, "lengths": 0}
+            self.front = None
+        else:
+            self.front = module.features if module is not None else LogMel(self.rate, int(pre["n_mels"]))
         self.tokens = meta["vocabulary"]
         self.max_seconds = float(pre.get("max_seconds", 60.0))
 
@@ -140,6 +177,8 @@ class Handler:
             import torchaudio
 
             wave = torchaudio.functional.resample(wave, rate, self.rate)
+        if self.wave_input:
+            return {"wave": wave[None].float().numpy(), "lengths": np.array([len(wave)], dtype=np.int64)}
         with torch.inference_mode():
             feats, frames = self.front(wave[None], torch.tensor([len(wave)]))
         return {"features": feats.numpy(), "frames": frames.numpy()}

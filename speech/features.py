@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torchaudio
 from torch import nn
+
+from .augment import VoiceAugment
 
 
 class LogMel(nn.Module):
@@ -12,10 +16,22 @@ class LogMel(nn.Module):
 
     Per-utterance mean/variance normalisation over the real (unpadded) frames only, so padding never shifts the
     statistics and the same utterance gives the same features alone or in a batch.
+
+    norm: "bin" (each Mel bin to zero mean and unit variance over the utterance: removes any fixed channel colouring)
+    or "level" (one mean and variance over all bins: removes only the gain, keeps the spectral shape, which in a
+    single short word is much of what tells the words apart).
+
+    voice: options of `speech.augment.VoiceAugment` (VTLP, pitch shift), applied to the power spectrogram before the
+    Mel filterbank in training only; it holds no tensors, so checkpoints are the same with or without it.
     """
 
-    def __init__(self, sample_rate: int = 16000, n_mels: int = 40, win_ms: float = 25.0, hop_ms: float = 10.0) -> None:
+    def __init__(self, sample_rate: int = 16000, n_mels: int = 40, win_ms: float = 25.0, hop_ms: float = 10.0,
+                 voice: dict[str, Any] | None = None, norm: str = "bin") -> None:
         super().__init__()
+        if norm not in ("bin", "level"):
+            raise ValueError(f"unknown feature norm {norm!r}; use bin or level")
+        self.norm = norm
+        self.voice = VoiceAugment(sample_rate, **voice) if voice else None
         self.hop = int(sample_rate * hop_ms / 1000)
         n_fft = 1 << (int(sample_rate * win_ms / 1000) - 1).bit_length()
         self.mel = torchaudio.transforms.MelSpectrogram(
@@ -27,12 +43,18 @@ class LogMel(nn.Module):
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast(device_type=wave.device.type, enabled=False):
-            feats = torch.log(self.mel(wave.float()) + 1e-6)  # (B, n_mels, F)
+            spec = self.mel.spectrogram(wave.float())  # (B, n_fft // 2 + 1, F) power
+            if self.voice is not None:
+                spec = self.voice(spec)
+            feats = torch.log(self.mel.mel_scale(spec) + 1e-6)  # (B, n_mels, F)
         frames = self.frames(lengths).clamp(max=feats.shape[-1])
         mask = (torch.arange(feats.shape[-1], device=wave.device)[None, :] < frames[:, None]).unsqueeze(1)  # (B,1,F)
         n = frames.clamp(min=1)[:, None, None].to(feats.dtype)
-        mean = (feats * mask).sum(-1, keepdim=True) / n
-        var = (((feats - mean) * mask) ** 2).sum(-1, keepdim=True) / n
+        dims = (-1,) if self.norm == "bin" else (-2, -1)
+        if self.norm == "level":
+            n = n * feats.shape[1]
+        mean = (feats * mask).sum(dims, keepdim=True) / n
+        var = (((feats - mean) * mask) ** 2).sum(dims, keepdim=True) / n
         feats = (feats - mean) / (var + 1e-5).sqrt()
         return feats.masked_fill(~mask, 0.0), frames
 

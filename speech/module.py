@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torchmetrics import MeanMetric
 from torchmetrics.text import CharErrorRate, WordErrorRate
 
 from zoo.errors import ZooError
@@ -24,30 +26,59 @@ class CTCRecognizer(L.LightningModule):
     def __init__(self, vocab: list[str], arch: str = "bilstm_small", sample_rate: int = 16000, n_mels: int = 40,
                  model: dict | None = None, specaugment: dict | None = None, decoder: dict | None = None,
                  max_seconds: float = 60.0, pretrained: str | bool | None = None, init_from: str | None = None,
-                 num_val_examples: int = 4, optimizer: Any = None, scheduler: Any = None) -> None:
+                 num_val_examples: int = 4, voice: dict | None = None, norm: str = "bin",
+                 freeze_feature_encoder: bool = True,
+                 layer_decay: float = 1.0, encoder_config: dict | None = None, optimizer: Any = None,
+                 scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.vocab = Vocab(list(vocab))
-        self.features = LogMel(sample_rate, n_mels)
+        self.features = LogMel(sample_rate, n_mels, voice=voice, norm=norm)  # voice: VTLP / pitch, training only
         self.specaugment = SpecAugment(**(specaugment or {}))
-        self.model = build_model(arch, n_mels, len(self.vocab), **(model or {}))
+        self.pretrained_report: dict | None = None
+        self.model = self._acoustic_model(arch, n_mels, model, pretrained, encoder_config)
         self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
         if self.decoder_cfg["kind"] not in ("greedy", "beam"):
             raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy or beam")
         self._beam: BeamDecoder | None = None
-        self.metrics = torch.nn.ModuleDict({f"{s}_{m}": (CharErrorRate() if m == "cer" else WordErrorRate())
-                                            for s in ("val", "test") for m in ("cer", "wer")})
+        # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)
+        kinds = {"cer": CharErrorRate, "wer": WordErrorRate, "acc": MeanMetric}
+        self.metrics = torch.nn.ModuleDict({f"{s}_{m}": kinds[m]() for s in ("val", "test") for m in kinds})
         self._examples: list[dict] = []
         # task.module.pretrained: a speech/ctc checkpoint (any vocabulary) or weights file (speech/pretrained.py). The
         # zoo saves it as False in every checkpoint, so load_from_checkpoint never reads the source again.
         from .pretrained import load_pretrained
 
-        self.pretrained_report = load_pretrained(self, pretrained)
+        if self.pretrained_report is None:  # not an HF encoder already loaded by hub id or folder
+            self.pretrained_report = load_pretrained(self, pretrained)
+
+    def _acoustic_model(self, arch: str, n_mels: int, model: dict | None, pretrained: Any,
+                        encoder_config: dict | None) -> torch.nn.Module:
+        """The zoo's log-Mel models by name, or a wav2vec2/HuBERT/WavLM encoder (speech/models/hf.py)."""
+        from .models import hf
+
+        if not hf.is_hf(arch):
+            return build_model(arch, n_mels, len(self.vocab), **(model or {}))
+        ckpt = isinstance(pretrained, str) and os.path.isfile(os.path.expanduser(pretrained))
+        if encoder_config is None and ckpt:  # a zoo checkpoint of this arch: its architecture, then its weights
+            encoder_config = hf.checkpoint_encoder_config(os.path.expanduser(pretrained))
+        net, config, where = hf.build(arch, len(self.vocab), None if ckpt else pretrained, encoder_config, model)
+        self.hparams["encoder_config"] = config  # plain values: load_from_checkpoint rebuilds without the source
+        if self.hparams.freeze_feature_encoder:
+            net.freeze_feature_encoder()
+        if where not in ("checkpoint", "random init"):
+            self.pretrained_report = {"source": where, "line": f"{arch} encoder from {where}; new CTC head of "
+                                                               f"{len(self.vocab)} characters"}
+            log.info("task.module.pretrained: %s", self.pretrained_report["line"])
+        return net.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
 
     # -- inference -----------------------------------------------------------------------------------------
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """wave (B, T) at `sample_rate`, lengths (B,) -> log-probs (B, T', V) float32, output lengths (B,)."""
+        if getattr(self.model, "takes_wave", False):  # an HF encoder: its own feature extractor and masking
+            logits, out_lengths = self.model(wave, lengths)
+            return logits.float().log_softmax(-1), out_lengths
         feats, frames = self.features(wave, lengths)
         feats = self.specaugment(feats, frames)
         logits, out_lengths = self.model(feats, frames)
@@ -96,9 +127,11 @@ class CTCRecognizer(L.LightningModule):
         n = len(refs)
         self.metrics[f"{stage}_cer"].update(hyps, refs)
         self.metrics[f"{stage}_wer"].update(hyps, refs)
+        self.metrics[f"{stage}_acc"].update(torch.tensor([float(h == r) for h, r in zip(hyps, refs)]))
         self.log(f"{stage}/loss", loss, batch_size=n, sync_dist=True)
         self.log(f"{stage}/cer", self.metrics[f"{stage}_cer"], batch_size=n, prog_bar=True)
         self.log(f"{stage}/wer", self.metrics[f"{stage}_wer"], batch_size=n)
+        self.log(f"{stage}/acc", self.metrics[f"{stage}_acc"], batch_size=n)
         if stage == "val" and batch_idx == 0:
             k = min(n, self.hparams.num_val_examples)
             self._examples = [{"wave": batch["wave"][i, : batch["lengths"][i]].cpu(), "ref": refs[i], "hyp": hyps[i]}
@@ -130,4 +163,8 @@ class CTCRecognizer(L.LightningModule):
         from zoo.kit.optim import configure, param_groups
 
         wd = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0) if self.optimizer_factory else 0.0
+        if getattr(self.model, "takes_wave", False):
+            from .models.hf import param_groups as hf_groups
+
+            return configure(self, hf_groups(self.model, wd, self.hparams.layer_decay))
         return configure(self, param_groups(self, weight_decay=wd))  # the module: norm layers found by type

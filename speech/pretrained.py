@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def _is_head(name: str) -> bool:
-    return name.startswith("head.")
+    return name.startswith(("head.", "hf.lm_head."))  # the zoo's models, HF encoders (speech/models/hf.py)
 
 
 def _check_hparams(module: Any, hp: dict, path: str, option: str) -> list[str]:

@@ -109,3 +109,41 @@ def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, 
     except OSError:  # another process finished first: use its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def mix_corpus(source: str | bool | dict, sample_rate: int) -> Path:
+    """The corpus `task.data.mix_synth` names: true or "espeak" (the default corpus at this rate), a dict of
+    `generate` options (e.g. {num_train: 8000, max_words: 1}: built once, cached like the default), or a folder."""
+    if source is True or source == "espeak":
+        return generate("~/.cache/zoo/speech", sample_rate)
+    if isinstance(source, dict):
+        opts = {"root": "~/.cache/zoo/speech", "num_val": 0, "num_test": 0, **source}
+        return generate(sample_rate=sample_rate, **opts)
+    return Path(os.path.expanduser(str(source)))
+
+
+def mix_rows(source: str | bool | dict, real: list, sample_rate: int, ratio: float | None = None,
+             max_duration: float | None = None, seed: int = 0) -> list:
+    """Training utterances of an eSpeak corpus to add to real ones (`task.data.mix_synth`): many synthetic voices
+    beside a few human ones. Only utterances whose words all occur in the real training transcripts, so the mix
+    teaches no word the task never asks for; `ratio` synthetic per real utterance (None: all that fit)."""
+    from zoo.errors import ZooError
+
+    from .manifest import read_manifest
+    from .vocab import normalize_text
+
+    folder = mix_corpus(source, sample_rate)
+    if not (folder / "train.jsonl").is_file():
+        raise ZooError(f"task.data.mix_synth: {folder} has no train.jsonl; pass true (the zoo's eSpeak corpus) or "
+                       "a corpus folder made by speech/synth.py")
+    words = {w for u in real for w in normalize_text(u.text).split()}
+    rows = [u for u in read_manifest(str(folder / "train.jsonl"), max_duration)
+            if set(normalize_text(u.text).split()) <= words]
+    if ratio is not None:
+        n = min(len(rows), int(round(float(ratio) * len(real))))
+        rows = [rows[i] for i in sorted(np.random.default_rng(seed).choice(len(rows), n, replace=False))]
+    log.info("task.data.mix_synth: + %d eSpeak utterances from %s (words of the real transcripts only)",
+             len(rows), folder)
+    if not rows:
+        log.warning("task.data.mix_synth: no utterance of %s uses only the words of the training transcripts", folder)
+    return rows

@@ -22,7 +22,11 @@ MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
 
 
 def list_models() -> list[str]:
-    return sorted(MODELS)
+    """The log-Mel models by name, then the transformers encoder families (`task.module.pretrained=<hub id or
+    folder>`, speech/models/hf.py)."""
+    from .hf import FAMILIES
+
+    return sorted(MODELS) + sorted(FAMILIES)
 
 
 def build_model(arch: str, n_mels: int, vocab_size: int, **overrides: Any) -> nn.Module:
