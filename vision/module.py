@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class ImageClassifier(pl.LightningModule):
+    input_memory_format = torch.contiguous_format  # zoo.core.trainer.prepare_module sets channels_last
+
     def __init__(
         self,
         arch: str = "resnet18",
@@ -31,6 +33,7 @@ class ImageClassifier(pl.LightningModule):
         pretrained: bool | str = "auto",
         finetune: str = "full",
         unfreeze_epoch: int = 1,
+        unfreeze_warmup: float = 0.0,
         backbone_lr_scale: float = 1.0,
         weight_decay: float = 0.05,
         label_smoothing: float = 0.0,
@@ -44,12 +47,15 @@ class ImageClassifier(pl.LightningModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         if finetune not in ft.STRATEGIES:
             raise ZooError(f"unknown finetune strategy '{finetune}': use one of {', '.join(ft.STRATEGIES)}")
-        if cache_features and finetune != "linear_probe":
-            raise ZooError(f"task.module.cache_features=true needs a frozen backbone (finetune=linear_probe), not "
-                           f"finetune={finetune}; set task.module.cache_features=false")
+        if cache_features and finetune == "full":
+            raise ZooError("task.module.cache_features=true needs a frozen backbone (finetune=linear_probe, or "
+                           "gradual until unfreeze_epoch), not finetune=full; set task.module.cache_features=false")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.pretrained_report = {"source": str(pretrained), "line": source}  # zoo.kit.pretrained.PretrainedReport
+        # pretrained BatchNorm statistics are what the head is fitted to: kept after unfreezing (vision/finetune.py);
+        # a randomly initialised backbone has none worth keeping, so its BatchNorm trains once it opens
+        self.keep_bn_stats = not source.startswith("random init")
         self.heads = head_prefixes(self.model)
         self.no_decay = optim.no_decay_names(self.model)  # by name and layer type, before any FSDP wrapping
         if finetune == "linear_probe":
@@ -72,10 +78,18 @@ class ImageClassifier(pl.LightningModule):
         """images (B, C, H, W), normalised -> logits (B, num_classes)."""
         return self.model(images)
 
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """With trainer.channels_last the images follow the weights' layout, converted once on the device: a
+        contiguous input would otherwise be converted inside the first convolution of every step."""
+        if self.input_memory_format != torch.contiguous_format and isinstance(batch, (list, tuple)) \
+                and batch and isinstance(batch[0], torch.Tensor) and batch[0].dim() == 4:
+            batch = [batch[0].contiguous(memory_format=self.input_memory_format), *batch[1:]]
+        return batch
+
     # ------------------------------------------------------------------ steps
     def _logits(self, batch: tuple, stage: str) -> torch.Tensor:
-        """Logits for the batch; with cache_features, the frozen backbone runs once per sample, ever."""
-        if not self.hparams.cache_features:
+        """Logits for the batch; with cache_features, the frozen backbone runs once per sample while it is frozen."""
+        if not self.hparams.cache_features or not self.backbone_frozen():
             return self(batch[0])
         if len(batch) < 3:
             raise ZooError("task.module.cache_features=true needs batches with sample indices: set "
@@ -140,9 +154,13 @@ class ImageClassifier(pl.LightningModule):
         return self.hparams.finetune == "linear_probe" or (
             self.hparams.finetune == "gradual" and self.current_epoch < self.hparams.unfreeze_epoch)
 
+    def backbone_bn_frozen(self) -> bool:
+        """The backbone's BatchNorm stays in eval mode: while it is frozen, and for gradual, after it opens too."""
+        return self.backbone_frozen() or (self.hparams.finetune == "gradual" and self.keep_bn_stats)
+
     def train(self, mode: bool = True) -> ImageClassifier:
         super().train(mode)
-        if mode and self.backbone_frozen():
+        if mode and self.backbone_bn_frozen():
             ft.set_backbone_bn_eval(self.model, self.heads)
         return self
 
@@ -150,22 +168,57 @@ class ImageClassifier(pl.LightningModule):
         self.train()  # a resume from a mid-epoch checkpoint skips on_train_epoch_start
 
     def on_train_epoch_start(self) -> None:
-        self.train()  # re-applies the frozen-BatchNorm rule at the unfreeze boundary
+        self.train()  # re-applies the BatchNorm rule at the unfreeze boundary
+        if self._features and not self.backbone_frozen():
+            self._features.clear()  # the backbone trains from here: its cached features are stale
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
-        if self.backbone_frozen():
-            ft.step_frozen(optimizer, lambda: optimizer.step(closure=optimizer_closure))
-        else:
-            optimizer.step(closure=optimizer_closure)
+        factor = 1.0
+        if self.hparams.finetune == "gradual":
+            factor = ft.backbone_factor(epoch, batch_idx, self.trainer.num_training_batches,
+                                        self.hparams.unfreeze_epoch, self.hparams.unfreeze_warmup)
+        ft.step_scaled(optimizer, lambda: optimizer.step(closure=optimizer_closure), factor)
 
     # ------------------------------------------------------------------ epoch hooks
     def on_fit_start(self) -> None:
+        hp = self.hparams
+        if hp.cache_features and hp.finetune == "gradual" and self.trainer.world_size > 1:
+            # the cached epochs give the backbone no gradients, which DDP's reducer waits for
+            raise ZooError("task.module.cache_features=true with finetune=gradual runs on one device; with "
+                           f"{self.trainer.world_size} processes set task.module.cache_features=false")
+        if hp.finetune == "gradual" and self.trainer.is_global_zero:
+            print(f"zoo: {self.gradual_plan()}", flush=True)
         if (self.device.type == "cpu" and "bf16" in str(self.trainer.precision)
                 and self.hparams.image_size < 32 and "resnet" in self.hparams.arch):
             # torch's bf16 CPU conv backward returns garbage weight gradients on 1x1 maps (docs/vision.md)
             log.warning("bf16-mixed on CPU with %d px images gives ResNet's last stage 1x1 maps, where torch's bf16 "
                         "CPU conv backward is unreliable (docs/vision.md); use task.data.image_size>=32 or "
                         "trainer.precision=32-true", self.hparams.image_size)
+
+    def gradual_plan(self) -> str:
+        """One line for the start of a gradual run: which epochs train what, on what."""
+        hp, epochs = self.hparams, self.trainer.max_epochs or -1
+        head = f"epochs 0-{hp.unfreeze_epoch - 1}" if hp.unfreeze_epoch > 1 else "epoch 0"
+        feats = "cached features" if hp.cache_features else "the backbone's features"
+        head = f"{head} train the head on {feats}, " if hp.unfreeze_epoch > 0 else ""
+        aug = "; images not augmented (cache_features)" if hp.cache_features else ""
+        if 0 < epochs <= hp.unfreeze_epoch:
+            return f"finetune=gradual: {head.rstrip(', ')}; the backbone never opens (max_epochs){aug}"
+        bn = "its pretrained BatchNorm statistics kept" if self.keep_bn_stats else "BatchNorm statistics updated"
+        rest = (f"from epoch {hp.unfreeze_epoch}" if epochs <= 0 else f"epoch {hp.unfreeze_epoch}"
+                if epochs - 1 == hp.unfreeze_epoch else f"epochs {hp.unfreeze_epoch}-{epochs - 1}")
+        warm = f", warmed up over {hp.unfreeze_warmup:g} epoch(s)" if hp.unfreeze_warmup > 0 else ""
+        return (f"finetune=gradual: {head}{rest} the whole network (the backbone at {hp.backbone_lr_scale:g}x the "
+                f"rate{warm}, {bn}){aug}")
+
+    def on_test_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if getattr(datamodule, "test_is_val", False):
+            line = ("test/* is measured on the validation images, which chose the checkpoint: not an independent "
+                    f"estimate (add {datamodule.root}/test/<class>/ for one)")
+            if self.trainer.is_global_zero:
+                print(f"zoo: {line}", flush=True)
+            tb.log_text(self, "test/split", line)
 
     def on_validation_epoch_end(self) -> None:
         samples, self._samples = self._samples, []
