@@ -28,22 +28,14 @@ TOLERANCE = 1e-3  # on log-probs
 
 
 class _Acoustic(torch.nn.Module):
+    """The acoustic model and its log-softmax: log-Mel features + frames, or (an HF encoder) waveform + samples."""
+
     def __init__(self, module: Any) -> None:
         super().__init__()
         self.model = module.model
 
-    def forward(self, features: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, lengths = self.model(features, frames)
-        return logits.float().log_softmax(-1), lengths
-
-
-class _WaveAcoustic(torch.nn.Module):
-    def __init__(self, module: Any) -> None:
-        super().__init__()
-        self.model = module.model
-
-    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, out_lengths = self.model(wave, lengths)
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, out_lengths = self.model(inputs, lengths)
         return logits.float().log_softmax(-1), out_lengths
 
 
@@ -53,7 +45,7 @@ def _takes_wave(module: Any) -> bool:
 
 def export_graph(module: Any) -> Graph:
     if _takes_wave(module):
-        return Graph(_WaveAcoustic(module), ["wave", "lengths"], ["log_probs", "out_lengths"],
+        return Graph(_Acoustic(module), ["wave", "lengths"], ["log_probs", "out_lengths"],
                      {"wave": {0: "batch", 1: "samples"}, "lengths": {0: "batch"},
                       "log_probs": {0: "batch", 1: "out_frames"}, "out_lengths": {0: "batch"}})
     return Graph(_Acoustic(module), ["features", "frames"], ["log_probs", "out_lengths"],

@@ -78,10 +78,9 @@ class CTCRecognizer(L.LightningModule):
         """wave (B, T) at `sample_rate`, lengths (B,) -> log-probs (B, T', V) float32, output lengths (B,)."""
         if getattr(self.model, "takes_wave", False):  # an HF encoder: its own feature extractor and masking
             logits, out_lengths = self.model(wave, lengths)
-            return logits.float().log_softmax(-1), out_lengths
-        feats, frames = self.features(wave, lengths)
-        feats = self.specaugment(feats, frames)
-        logits, out_lengths = self.model(feats, frames)
+        else:
+            feats, frames = self.features(wave, lengths)
+            logits, out_lengths = self.model(self.specaugment(feats, frames), frames)
         return logits.float().log_softmax(-1), out_lengths
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
