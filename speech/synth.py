@@ -60,16 +60,26 @@ def _split_spec(name: str, num: int, variants: list[str], seed: int) -> dict:
 
 def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, num_val: int = 300,
              num_test: int = 500, max_words: int = 5, snr_db: tuple[float, float] = (10.0, 40.0),
-             seed: int = 0) -> Path:
+             seed: int = 0, voices: str = "split") -> Path:
     """Build (or reuse) the corpus; returns its folder, holding train/val/test.jsonl manifests.
+
+    voices: "split" (each split its own eSpeak variants, so eSpeak val/test measure unseen voices) or "all" (every
+    split draws from all variants: a training corpus for real speech, whose own val/test are not eSpeak voices).
 
     The folder name hashes every parameter, so changing one builds a new corpus instead of silently reusing an old
     one. Written to a temp folder and renamed, so an interrupted run never leaves a half corpus behind.
     """
+    if voices not in ("split", "all"):
+        from zoo.errors import ZooError
+
+        raise ZooError(f"eSpeak corpus voices={voices!r}: use split (each split its own voices) or all")
+    every = TRAIN_VARIANTS + VAL_VARIANTS + TEST_VARIANTS
+    own = {"train": TRAIN_VARIANTS, "val": VAL_VARIANTS, "test": TEST_VARIANTS}
+    pick = (lambda name: every) if voices == "all" else own.__getitem__
     spec = {"v": 1, "sr": sample_rate, "max_words": max_words, "snr": list(snr_db),
-            "splits": [_split_spec("train", num_train, TRAIN_VARIANTS, seed),
-                       _split_spec("val", num_val, VAL_VARIANTS, seed + 1),
-                       _split_spec("test", num_test, TEST_VARIANTS, seed + 2)]}
+            "splits": [_split_spec("train", num_train, pick("train"), seed),
+                       _split_spec("val", num_val, pick("val"), seed + 1),
+                       _split_spec("test", num_test, pick("test"), seed + 2)]}
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(os.path.expanduser(str(root))) / f"synth-{key}"
     if (out / "done").exists():
@@ -113,10 +123,19 @@ def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, 
 
 def mix_corpus(source: str | bool | dict, sample_rate: int) -> Path:
     """The corpus `task.data.mix_synth` names: true or "espeak" (the default corpus at this rate), a dict of
-    `generate` options (e.g. {num_train: 8000, max_words: 1}: built once, cached like the default), or a folder."""
+    `generate` options (e.g. {num_train: 16000, max_words: 1, voices: all}: built once, cached like the default), or
+    a folder."""
     if source is True or source == "espeak":
         return generate("~/.cache/zoo/speech", sample_rate)
     if isinstance(source, dict):
+        import inspect
+
+        known = set(inspect.signature(generate).parameters) - {"sample_rate"}
+        if set(source) - known:
+            from zoo.errors import ZooError
+
+            raise ZooError(f"task.data.mix_synth: unknown option(s) {', '.join(sorted(set(source) - known))}; "
+                           f"use {', '.join(sorted(known))}")
         opts = {"root": "~/.cache/zoo/speech", "num_val": 0, "num_test": 0, **source}
         return generate(sample_rate=sample_rate, **opts)
     return Path(os.path.expanduser(str(source)))

@@ -117,6 +117,7 @@ def test_a_failed_new_run_leaves_no_folder(run_zoo, tmp_path):
                                    f"task.data.root={tmp_path / 'nowhere'}"))
     assert "image folder not found" in line
     assert run_dirs(tmp_path, "vision/resnet") == []
+    assert not (tmp_path / "outputs" / "vision").exists()  # nor the task's empty folders above it
 
 
 # ------------------------------------------------------------------------------------------- free text

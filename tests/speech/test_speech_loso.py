@@ -126,3 +126,20 @@ def test_lexicon_as_a_list_of_words_and_exact_match_accuracy():
     module.metrics["val_acc"].update(torch.tensor([1.0, 0.0, 1.0, 1.0]))
     assert float(module.metrics["val_acc"].compute()) == 0.75
     assert module.decode(emissions.log_softmax(-1), torch.tensor([6])) == ["one"]
+
+
+def test_an_espeak_corpus_for_real_speech_draws_on_every_voice(tmp_path):
+    """voices=all: the training split goes on into the variants the default corpus keeps for its val/test."""
+    from speech.synth import TRAIN_VARIANTS, VAL_VARIANTS, generate, mix_corpus
+
+    folder = generate(tmp_path, 8000, num_train=len(TRAIN_VARIANTS) + 2, num_val=0, num_test=0, max_words=1,
+                      voices="all")
+    voices = [json.loads(line)["voice"].split("+")[1] for line in (folder / "train.jsonl").read_text().splitlines()]
+    assert voices[-2:] == VAL_VARIANTS[:2]
+    default = generate(tmp_path, 8000, num_train=2, num_val=0, num_test=0, max_words=1)
+    assert default != folder and json.loads((default / "spec.json").read_text())["splits"][0]["variants"] == \
+        TRAIN_VARIANTS
+    with pytest.raises(ZooError, match="voices='some': use split"):
+        generate(tmp_path, 8000, voices="some")
+    with pytest.raises(ZooError, match="unknown option.*num_trian; use "):
+        mix_corpus({"num_trian": 10}, 8000)

@@ -109,13 +109,13 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
         return train(cfg, overrides, resume)
     except ZooError as e:
         if resume is None:
-            remove_failed_run(Path(cfg.run_dir))
+            remove_failed_run(Path(cfg.run_dir), cfg.task.name)
         if in_search:
             raise
         fail(e)
     except (SIGTERMException, KeyboardInterrupt) as e:  # a stop asked for, not an error: 143 / 130 as shells say
         if resume is None:
-            remove_failed_run(Path(cfg.run_dir))
+            remove_failed_run(Path(cfg.run_dir), cfg.task.name)
         stopped(cfg, "SIGTERM" if isinstance(e, SIGTERMException) else "Ctrl-C", in_search)
 
 
@@ -128,10 +128,12 @@ def stopped(cfg: DictConfig, how: str, in_search: bool) -> None:
     sys.exit(143 if how == "SIGTERM" else 130)
 
 
-def remove_failed_run(run_dir: Path) -> None:
+def remove_failed_run(run_dir: Path, task_name: str = "") -> None:
     """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: remove its
-    folder, so that `ls outputs/`, TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the
-    traceback in cli.log is what a bug report needs.)"""
+    folder, and the task's `<domain>/<task>` folders above it where that left them empty, so that `ls outputs/`,
+    TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the traceback in cli.log is what a bug
+    report needs.) A parent is removed only where its name is the task's, so a `hydra.run.dir` elsewhere keeps its
+    folders."""
     import shutil
 
     from zoo.core.ddp import is_lightning_child, launcher_rank
@@ -140,6 +142,15 @@ def remove_failed_run(run_dir: Path) -> None:
         return
     logging.shutdown()  # close cli.log before its folder goes
     shutil.rmtree(run_dir, ignore_errors=True)
+    parent = run_dir.parent
+    for part in reversed([p for p in task_name.split("/") if p]):
+        if parent.name != part:
+            break
+        try:
+            parent.rmdir()  # only an empty folder: another run of the task keeps it
+        except OSError:
+            break
+        parent = parent.parent
 
 
 def _train_child(config_file: Path) -> None:
