@@ -205,3 +205,64 @@ def test_one_place_decides_whether_the_hardware_has_a_precision(monkeypatch):
     assert zt.precision_problem("tf32", "gpu") == "Tesla T4 has no TF32 (Ampere+)"
     assert zt.resolve_precision("auto") == "16-mixed"  # what auto picks passes the same check
     assert zt.precision_problem(zt.resolve_precision("auto"), "auto") is None
+
+
+# ------------------------------------------------------------------------------------------ weight average
+def _linear_module(manual: bool = False):
+    import lightning.pytorch as pl
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+            self.automatic_optimization = not manual
+            self.raw: list[torch.Tensor] = []  # the trained weights after every optimizer step
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sub(1).pow(2).mean()
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            self.raw.append(self.net.weight.detach().clone())
+
+        def train_dataloader(self):
+            g = torch.Generator().manual_seed(0)
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4, generator=g)),
+                                               batch_size=4)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Module()
+
+
+def test_weight_ema_is_what_checkpoints_and_the_test_see_and_the_raw_weights_go_on(tmp_path):
+    cfg = compose(["trainer.accelerator=cpu", "trainer.max_epochs=2", "trainer.ema_decay=0.5", f"run_dir={tmp_path}",
+                   "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"])
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    module = _linear_module()
+    every_epoch = ModelCheckpoint(tmp_path, "x", enable_version_counter=False)
+    trainer = zt.build_trainer(cfg, callbacks=[every_epoch], loggers=[])
+    trainer.fit(module)
+    ema = module.raw[0]  # the average starts as a copy of the weights after the first step
+    for w in module.raw[1:]:
+        ema = 0.5 * ema + 0.5 * w
+    assert len(module.raw) == 6 and not torch.allclose(ema, module.raw[-1])
+    assert torch.allclose(module.net.weight, ema)  # after fit the module holds the average (what test uses)
+    ckpt = torch.load(tmp_path / "x.ckpt", weights_only=False)  # written at the end of the last epoch
+    assert torch.allclose(ckpt["state_dict"]["net.weight"], ema)
+    assert torch.allclose(ckpt["current_model_state"]["net.weight"], module.raw[-1])  # what a resume trains on
+
+
+def test_weight_ema_refuses_tasks_that_step_their_own_optimizers_and_bad_decays(tmp_path):
+    from zoo.core.validate import check_ema_decay
+
+    cfg = compose(["trainer.accelerator=cpu", "trainer.max_epochs=1", "trainer.ema_decay=0.9", f"run_dir={tmp_path}",
+                   "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"])
+    with pytest.raises(ZooError, match="steps its own optimisers.*trainer.ema_decay=null"):
+        zt.build_trainer(cfg, callbacks=[], loggers=[]).fit(_linear_module(manual=True))
+    for bad in (1.0, -0.1, "high", True):
+        with pytest.raises(ZooError, match=r"must be a number in \[0, 1\)"):
+            check_ema_decay(bad)
+    check_ema_decay(None)
+    check_ema_decay(0.999)

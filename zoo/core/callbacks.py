@@ -1,11 +1,11 @@
-"""Callbacks every task gets: the checkpoint on SIGTERM/Ctrl-C."""
+"""Callbacks every task gets: the checkpoint on SIGTERM/Ctrl-C; the weight average `trainer.ema_decay` adds."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
 
 
 class InterruptCheckpoint(Callback):
@@ -37,3 +37,24 @@ class InterruptCheckpoint(Callback):
 
         if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: optimizer, loops, RNG
+
+
+class WeightEMA(EMAWeightAveraging):
+    """`trainer.ema_decay`: an exponential moving average of every weight and buffer, updated after each optimizer
+    step (Lightning's EMAWeightAveraging). Validation, the checkpoints' `state_dict` (so `zoo test`, `predict`,
+    `export` and fine-tuning from the file) and the test after fit use the average; the raw weights travel in the
+    checkpoint as `current_model_state`, so a resume goes on training them.
+
+    Only for tasks whose optimizer steps Lightning takes: a task stepping its own optimisers (GAN, PPO) is refused,
+    as the average would not follow its schedule (the GAN keeps its own average of G, `task.module.ema_decay`)."""
+
+    def __init__(self, decay: float) -> None:
+        super().__init__(decay=float(decay))
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit" and not pl_module.automatic_optimization:
+            from zoo.errors import ZooError
+
+            raise ZooError(f"trainer.ema_decay: {type(pl_module).__name__} steps its own optimisers, which the weight "
+                           "average does not follow; leave trainer.ema_decay=null (the GAN has task.module.ema_decay)")
+        super().setup(trainer, pl_module, stage)

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
 ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads",
-            "find_unused_parameters", "collective_timeout")
+            "find_unused_parameters", "collective_timeout", "ema_decay")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -156,10 +156,13 @@ NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.util
 
 
 class DropTips(logging.Filter):
-    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run."""
+    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run, and the weight average's "Found
+    current_model_state" line, twice on every resume with `trainer.ema_decay` (the zoo's resume line says it)."""
+
+    LINES = ("\N{ELECTRIC LIGHT BULB} Tip", "Found current_model_state in the checkpoint")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip")
+        return not str(record.msg).startswith(self.LINES)
 
 
 def quiet_framework_noise() -> None:
@@ -188,6 +191,10 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
         from lightning.pytorch.callbacks import LearningRateMonitor
 
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
+    if cfg.trainer.get("ema_decay"):
+        from zoo.core.callbacks import WeightEMA
+
+        callbacks = [*callbacks, WeightEMA(cfg.trainer.ema_decay)]
     trainer = pl.Trainer(
         **kwargs,
         callbacks=callbacks,

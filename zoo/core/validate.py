@@ -92,7 +92,7 @@ def check_batch_sizes(cfg: Any) -> None:
 
 # Trainer values that only lightning.Trainer checks, when it is built: after Hydra has made the run folder and the
 # data and model are built. Checked here instead, before any of that, each refusal naming the key and its choices.
-TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy")
+TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay")
 
 
 def check_trainer(cfg: Any, parsed: list = ()) -> None:
@@ -118,6 +118,15 @@ def check_trainer(cfg: Any, parsed: list = ()) -> None:
         check_max_time(duration)
     for strategy in values["strategy"]:
         check_strategy(strategy)
+    for decay in values["ema_decay"]:
+        check_ema_decay(decay)
+
+
+def check_ema_decay(value: Any) -> None:
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
+        return  # 0 and null: off
+    raise ZooError(f"trainer.ema_decay={value!r} must be a number in [0, 1), e.g. 0.999 (the share of the average "
+                   "kept at each step); null: no weight average")
 
 
 def check_precision(value: Any) -> None:
