@@ -229,6 +229,12 @@ def _linear_module(manual: bool = False):
             return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4, generator=g)),
                                                batch_size=4)
 
+        def test_step(self, batch, batch_idx):
+            self.tested = self.net.weight.detach().clone()
+
+        def test_dataloader(self):
+            return self.train_dataloader()
+
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
@@ -252,6 +258,8 @@ def test_weight_ema_is_what_checkpoints_and_the_test_see_and_the_raw_weights_go_
     ckpt = torch.load(tmp_path / "x.ckpt", weights_only=False)  # written at the end of the last epoch
     assert torch.allclose(ckpt["state_dict"]["net.weight"], ema)
     assert torch.allclose(ckpt["current_model_state"]["net.weight"], module.raw[-1])  # what a resume trains on
+    trainer.test(module, ckpt_path=str(tmp_path / "x.ckpt"), verbose=False)  # as `zoo train` tests its best file
+    assert torch.allclose(module.tested, ema)
 
 
 def test_weight_ema_refuses_tasks_that_step_their_own_optimizers_and_bad_decays(tmp_path):

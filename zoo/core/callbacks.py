@@ -58,3 +58,11 @@ class WeightEMA(EMAWeightAveraging):
             raise ZooError(f"trainer.ema_decay: {type(pl_module).__name__} steps its own optimisers, which the weight "
                            "average does not follow; leave trainer.ema_decay=null (the GAN has task.module.ema_decay)")
         super().setup(trainer, pl_module, stage)
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        # Lightning's version also runs for `trainer.test(ckpt_path="best")` after fit, where it would put the raw
+        # weights back and test those; outside fit the checkpoint's state_dict, the average, is what is evaluated.
+        from lightning.pytorch.trainer.states import TrainerFn
+
+        if trainer.state.fn == TrainerFn.FITTING:
+            super().on_load_checkpoint(trainer, pl_module, checkpoint)
