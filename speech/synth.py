@@ -73,13 +73,13 @@ def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, 
         from zoo.errors import ZooError
 
         raise ZooError(f"eSpeak corpus voices={voices!r}: use split (each split its own voices) or all")
-    every = TRAIN_VARIANTS + VAL_VARIANTS + TEST_VARIANTS
-    own = {"train": TRAIN_VARIANTS, "val": VAL_VARIANTS, "test": TEST_VARIANTS}
-    pick = (lambda name: every) if voices == "all" else own.__getitem__
+    variants = {"train": TRAIN_VARIANTS, "val": VAL_VARIANTS, "test": TEST_VARIANTS}
+    if voices == "all":
+        variants = dict.fromkeys(variants, TRAIN_VARIANTS + VAL_VARIANTS + TEST_VARIANTS)
     spec = {"v": 1, "sr": sample_rate, "max_words": max_words, "snr": list(snr_db),
-            "splits": [_split_spec("train", num_train, pick("train"), seed),
-                       _split_spec("val", num_val, pick("val"), seed + 1),
-                       _split_spec("test", num_test, pick("test"), seed + 2)]}
+            "splits": [_split_spec("train", num_train, variants["train"], seed),
+                       _split_spec("val", num_val, variants["val"], seed + 1),
+                       _split_spec("test", num_test, variants["test"], seed + 2)]}
     key = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     out = Path(os.path.expanduser(str(root))) / f"synth-{key}"
     if (out / "done").exists():

@@ -28,10 +28,11 @@ from torch import nn
 from speech.audio import load_audio, resampler
 from speech.augment import WaveAugment
 from speech.features import LogMel, SpecAugment
+from speech.fsdd import NAMES, scan
 from speech.manifest import read_manifest
 from speech.models.subsample import Conv2dSubsample
+from zoo.errors import ZooError
 
-NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 RATE = 8000
 
 
@@ -74,10 +75,13 @@ class WordClassifier(nn.Module):
 
 def load(a: argparse.Namespace) -> dict[str, list[tuple[torch.Tensor, int]]]:
     rows: dict[str, list] = {"train": [], "val": [], "test": []}
-    for f in sorted(Path(a.data).glob("*_*_*.wav")):
-        digit, speaker, index = f.stem.split("_")
-        split = "test" if speaker == a.hold else ("val" if int(index) < 5 else "train")
-        rows[split].append((load_audio(str(f), RATE), int(digit)))
+    try:
+        files = scan(a.data)
+    except ZooError as e:
+        sys.exit(str(e))
+    for path, digit, speaker, index in files:
+        split = "test" if speaker == a.hold else ("val" if index < 5 else "train")
+        rows[split].append((load_audio(path, RATE), digit))
     if not rows["test"]:
         sys.exit(f"no files of speaker {a.hold!r} in {a.data}")
     if a.synth:

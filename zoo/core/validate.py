@@ -90,8 +90,9 @@ def check_batch_sizes(cfg: Any) -> None:
             raise ZooError(f"{key}={v} must be at least 1")
 
 
-# Trainer values that only lightning.Trainer checks, when it is built: after Hydra has made the run folder and the
-# data and model are built. Checked here instead, before any of that, each refusal naming the key and its choices.
+# Trainer values that only lightning.Trainer (or, for ema_decay, the zoo's weight average) checks, when it is built:
+# after Hydra has made the run folder and the data and model are built. Checked here instead, before any of that,
+# each refusal naming the key and its choices.
 TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay")
 
 

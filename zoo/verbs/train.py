@@ -128,7 +128,7 @@ def stopped(cfg: DictConfig, how: str, in_search: bool) -> None:
     sys.exit(143 if how == "SIGTERM" else 130)
 
 
-def remove_failed_run(run_dir: Path, task_name: str = "") -> None:
+def remove_failed_run(run_dir: Path, task_name: str) -> None:
     """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: remove its
     folder, and the task's `<domain>/<task>` folders above it where that left them empty, so that `ls outputs/`,
     TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the traceback in cli.log is what a bug
@@ -143,7 +143,7 @@ def remove_failed_run(run_dir: Path, task_name: str = "") -> None:
     logging.shutdown()  # close cli.log before its folder goes
     shutil.rmtree(run_dir, ignore_errors=True)
     parent = run_dir.parent
-    for part in reversed([p for p in task_name.split("/") if p]):
+    for part in reversed(task_name.split("/")):
         if parent.name != part:
             break
         try:
