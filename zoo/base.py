@@ -1,10 +1,21 @@
-"""Base helpers every layer may use: plain containers from configs, import by name, instantiate."""
+"""Base helpers every layer may use: plain containers from configs, import by name, instantiate, atomic text files."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from zoo.errors import ZooError
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write through a sibling temp file and a rename, so a reader (or a run killed mid-write) never sees half a
+    file; a process writing the same path concurrently replaces it whole."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
 
 
 def plain(cfg: Any) -> dict:

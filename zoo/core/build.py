@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.base import instantiate, plain
+from zoo.base import instantiate, plain, write_text_atomic
 from zoo.errors import ZooError
 
 log = logging.getLogger("zoo")
@@ -48,12 +47,8 @@ def save_run_config(cfg: DictConfig, overrides: list[str], resume: str | None = 
     and what reproduces the run."""
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
     saved = {"config": plain(cfg), "overrides": list(overrides), "resume": resume}
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(saved)))
 
 
 METRICS_FILE = "metrics.json"
@@ -64,11 +59,8 @@ def save_run_metrics(cfg: DictConfig, metrics: dict[str, float]) -> Path:
     run replaces them with its own final ones."""
     import json
 
-    path = Path(cfg.run_dir) / METRICS_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(dict(sorted(metrics.items())), indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(dict(sorted(metrics.items())), indent=1) + "\n"
+    return write_text_atomic(Path(cfg.run_dir) / METRICS_FILE, text)
 
 
 def has_test_data(datamodule: Any, module: Any) -> bool:

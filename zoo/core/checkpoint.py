@@ -103,10 +103,9 @@ def write_env(run_dir: Path, env: dict) -> Path:
             n += 1
         path = run_dir / f"env-resume-{n}.json"
         log.warning("zoo: this run continues on a different environment than it started on; see %s", path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(env, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    from zoo.base import write_text_atomic
+
+    return write_text_atomic(path, json.dumps(env, indent=1) + "\n")
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:

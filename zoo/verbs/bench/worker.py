@@ -278,6 +278,6 @@ def worker(spec_path: str) -> None:
             out.write_text(json.dumps({"status": "failed", "reason": failure_reason(e)}))
         sys.exit(1)
     if row is not None:
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(row))
-        os.replace(tmp, out)
+        from zoo.base import write_text_atomic
+
+        write_text_atomic(out, json.dumps(row))
