@@ -21,7 +21,10 @@ from zoo.core.overrides import carried_overrides, override_key, override_value
 from zoo.errors import ZooError
 
 # Keys a re-run must not take from the original: where it writes, what it resumes, per-command options.
-NOT_PINNED = ("run_dir", "ckpt_path", "input", "predict", "reproduce")
+NOT_PINNED = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra")
+# Where a run lives (its log and checkpoint folders), never a value to pin: a copied run's record names the original's
+# folders, and pinning them trained the re-run into the original, over its checkpoints.
+LOCATION_KEYS = ("save_dir", "dirpath", "default_root_dir", "log_dir", "output_dir", "weights_save_path")
 
 
 def main(rest: list[str]) -> None:
@@ -103,13 +106,16 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
     from zoo.core.config import check_overrides, compose, register_resolvers
 
     register_resolvers()
-    carried = carried_overrides(record["overrides"])
-    # run_dir as the original's: values derived from it (checkpoint and logger folders) then compare equal
-    base = [*carried, *user, f"run_dir='{run}'"]
+    carried = [o for o in carried_overrides(record["overrides"]) if not is_location(override_key(o))]
+    # run_dir as the recorded one: values derived from it (checkpoint and logger folders) then compare equal
+    recorded_dir = str(record["config"].get("run_dir") or run)
+    base = [*carried, *user, f"run_dir='{recorded_dir}'"]
     check_overrides(base, sweeps=False)
     now = plain(compose(base))
     asked = {override_key(o) for o in user}
-    pins, notes = pinned_values(flatten(record["config"]), flatten(now), asked)
+    recorded = {k: v for k, v in flatten(record["config"]).items()
+                if not is_location(k) and not (isinstance(v, str) and v.startswith(recorded_dir))}
+    pins, notes = pinned_values(recorded, flatten(now), asked)
     if record.get("resumed"):
         notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
                      "from it by more than a repeat would")
@@ -119,6 +125,11 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
         notes.append("trainer.deterministic=false on a GPU: cuDNN's algorithm choice and atomic adds make a repeat "
                      "vary within seed noise (train with trainer.deterministic=true for exact repeats)")
     return [*carried, *pins, *user], notes, dict(now.get("reproduce") or {})
+
+
+def is_location(key: str) -> bool:
+    """A key naming a folder the run writes into (`logger.tensorboard.save_dir`, `callbacks.*.dirpath`)."""
+    return key.split(".")[0] in ("run_dir", "hydra") or key.rpartition(".")[2] in LOCATION_KEYS
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
