@@ -28,7 +28,8 @@ class CTCRecognizer(L.LightningModule):
                  max_seconds: float = 60.0, pretrained: str | bool | None = None, init_from: str | None = None,
                  num_val_examples: int = 4, voice: dict | None = None, norm: str = "bin",
                  freeze_feature_encoder: bool = True,
-                 layer_decay: float = 1.0, encoder_config: dict | None = None, optimizer: Any = None,
+                 layer_decay: float = 1.0, encoder_config: dict | None = None, freeze_encoder_epochs: int = 0,
+                 encoder_lr: float = 1.0, optimizer: Any = None,
                  scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -58,6 +59,8 @@ class CTCRecognizer(L.LightningModule):
         """The zoo's log-Mel models by name, or a wav2vec2/HuBERT/WavLM encoder (speech/models/hf.py)."""
         from .models import hf
 
+        if arch == "whisper":
+            return self._whisper(model)
         if not hf.is_hf(arch):
             return build_model(arch, n_mels, len(self.vocab), **(model or {}))
         ckpt = isinstance(pretrained, str) and os.path.isfile(os.path.expanduser(pretrained))
@@ -72,6 +75,25 @@ class CTCRecognizer(L.LightningModule):
                                                                f"{len(self.vocab)} characters"}
             log.info("task.module.pretrained: %s", self.pretrained_report["line"])
         return net.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
+
+    def _whisper(self, model: dict | None) -> torch.nn.Module:
+        """The Whisper encoder + CTC head; its front end reads 16 kHz (files at other rates are resampled on
+        reading), and the task's SpecAugment masks its features in training."""
+        from .whisper_frontend import RATE
+
+        if self.hparams.sample_rate != RATE:
+            raise ZooError(f"task.module.sample_rate={self.hparams.sample_rate}: the Whisper front end takes "
+                           f"{RATE} Hz audio only (what the encoder was trained on); set task.module.sample_rate="
+                           f"{RATE}: files at any other rate (FSDD's 8 kHz) are resampled to it when read")
+        net = build_model("whisper", self.hparams.n_mels, len(self.vocab), **(model or {}))
+        net.augment = self.specaugment
+        return net
+
+    def on_train_epoch_start(self) -> None:
+        # Whisper: the encoder is frozen for the first freeze_encoder_epochs (the new head learns against fixed
+        # features first), then trains at encoder_lr of the rate; the epoch decides, so a resume agrees.
+        if hasattr(self.model, "freeze_encoder"):
+            self.model.freeze_encoder(self.current_epoch < self.hparams.freeze_encoder_epochs)
 
     # -- inference -----------------------------------------------------------------------------------------
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,6 +184,10 @@ class CTCRecognizer(L.LightningModule):
         from zoo.kit.optim import configure, param_groups
 
         wd = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0) if self.optimizer_factory else 0.0
+        if self.hparams.arch == "whisper":
+            from .models.whisper import param_groups as whisper_groups
+
+            return configure(self, whisper_groups(self.model, wd, self.hparams.encoder_lr, self.hparams.layer_decay))
         if getattr(self.model, "takes_wave", False):
             from .models.hf import param_groups as hf_groups
 

