@@ -34,8 +34,8 @@ class _Policy(torch.nn.Module):
         shape = spec["obs_shape"]
         mean = rms.mean.float() if rms is not None else torch.zeros(shape)
         std = torch.sqrt(rms.var + 1e-8).float() if rms is not None else torch.ones(shape)
-        self.register_buffer("mean", mean)
-        self.register_buffer("std", std)
+        self.register_buffer("obs_mean", mean)
+        self.register_buffer("obs_std", std)
         low = spec["action"].get("low", [0.0])
         self.register_buffer("low", torch.tensor(low, dtype=torch.float32))
         self.register_buffer("high", torch.tensor(spec["action"].get("high", [0.0]), dtype=torch.float32))
@@ -43,7 +43,7 @@ class _Policy(torch.nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs if obs.dtype == torch.uint8 else obs.float()
         if self.normalize:  # rl.normalize.RunningMeanStd.normalize with the frozen statistics
-            x = ((x - self.mean) / self.std).clamp(-self.clip, self.clip)
+            x = ((x - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
         out = self.agent.policy_out(x)
         action = out.argmax(-1) if self.discrete else torch.maximum(torch.minimum(out, self.high), self.low)
         return action, out

@@ -9,7 +9,10 @@ the truncation bootstrap needs). No step is wasted on NEXT_STEP's reset transiti
 
 from __future__ import annotations
 
+import ctypes.util
 import difflib
+import os
+import sys
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -53,9 +56,48 @@ def is_atari(env_id: str) -> bool:
     return "ale_py" in str(spec.entry_point)
 
 
+def is_mujoco(env_id: str) -> bool:
+    return ".mujoco" in str(check_env_id(env_id).entry_point)
+
+
+def prepare_mujoco() -> None:
+    """Import MuJoCo once, before gymnasium does, with an off-screen OpenGL backend on a headless machine.
+
+    MuJoCo picks its GL backend from MUJOCO_GL when it is imported. Its default (GLFW) needs a display, so on a
+    headless machine with libEGL (Mesa renders without a GPU too) the zoo chooses `egl` for videos; if EGL then
+    fails to load, MuJoCo is imported again without it (training works, videos say why they are missing). A
+    MUJOCO_GL the user set is kept, and a backend that fails to load is one line."""
+    if "mujoco" in sys.modules:
+        return
+    chosen = not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY") and ctypes.util.find_library("EGL")
+    if chosen:
+        os.environ["MUJOCO_GL"] = "egl"
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        raise ZooError(MUJOCO_MISSING) from None
+    except Exception as e:  # noqa: BLE001 - PyOpenGL raises AttributeError/RuntimeError for a missing library
+        for name in [m for m in sys.modules if m.split(".")[0] in ("mujoco", "OpenGL")]:
+            del sys.modules[name]
+        gl = os.environ.pop("MUJOCO_GL")
+        if not chosen:
+            raise ZooError(f"MuJoCo cannot load its MUJOCO_GL={gl} backend ({type(e).__name__}: {e}); unset "
+                           "MUJOCO_GL, or install that backend (osmesa: the Debian package libosmesa6; egl: "
+                           "libegl1)") from None
+        import mujoco  # noqa: F401
+
+
+MUJOCO_MISSING = "needs the MuJoCo simulator, which is not installed: pip install 'mujoco>=3.1,<4'"
+
+
 def make_single(env_id: str, render_mode: str | None = None, env_kwargs: dict | None = None) -> gym.Env:
     """One environment with the standard wrappers for its family (Atari: the Nature DQN preprocessing)."""
     kwargs = dict(env_kwargs or {})
+    if is_mujoco(env_id):
+        try:
+            prepare_mujoco()
+        except ZooError as e:
+            raise ZooError(f"{env_id} {e}" if str(e) == MUJOCO_MISSING else str(e)) from None
     if is_atari(env_id):
         from rl.atari import make_atari
 
@@ -67,6 +109,20 @@ def make_single(env_id: str, render_mode: str | None = None, env_kwargs: dict | 
         return gym.make(env_id, **kwargs)
     except TypeError as e:
         raise ZooError(f"cannot make {env_id} with task.env.kwargs={kwargs}: {e}; fix or drop the kwargs") from None
+    except gym.error.DependencyNotInstalled as e:
+        if is_mujoco(env_id):
+            raise ZooError(f"{env_id} {MUJOCO_MISSING}") from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ZooError(f"{env_id} needs a package that is not installed: {first}") from None
+
+
+def no_video_hint(env_id: str) -> str:
+    """Why an episode of `env_id` has no video, and how to get one."""
+    if is_mujoco(env_id):
+        gl = os.environ.get("MUJOCO_GL") or "unset"
+        return (f"no video: MuJoCo cannot render off-screen here (MUJOCO_GL={gl}); set MUJOCO_GL=egl (EGL: the "
+                "Debian package libegl1, or a GPU driver's) or MUJOCO_GL=osmesa (the Debian package libosmesa6)")
+    return f"no video: {env_id} does not render rgb_array frames here"
 
 
 def make_vector_env(env_id: str, num_envs: int, vectorization: str = "sync", env_kwargs: dict | None = None,

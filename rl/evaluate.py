@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 import numpy as np
 
-from rl.envs import make_single, make_vector_env
+from rl.envs import is_mujoco, make_single, make_vector_env, no_video_hint
+
+log = logging.getLogger(__name__)
+MUJOCO_FRAME = {"width": 240, "height": 240}  # software EGL renders 480x480 in ~110 ms, 240x240 in a quarter
 
 Policy = Callable[[np.ndarray], np.ndarray]  # (N, *obs_shape) observations -> (N, ...) env-ready actions
 
@@ -43,19 +47,26 @@ def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | No
     """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return).
 
     `every`: render every n-th step only (rendering costs more than the step); the return covers the steps played,
-    up to `max_frames * every` of them."""
+    up to `max_frames * every` of them. No frames (a missing renderer, or a blank first frame from a broken GL
+    context): one warning line saying how to get videos, and None."""
     # Off-screen rendering: no window, no sound device (pygame otherwise complains about XDG_RUNTIME_DIR).
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    kwargs = {**(MUJOCO_FRAME if is_mujoco(env_id) else {}), **(env_kwargs or {})}
     try:
-        env = make_single(env_id, render_mode="rgb_array", env_kwargs=env_kwargs)
+        env = make_single(env_id, render_mode="rgb_array", env_kwargs=kwargs)
     except Exception:  # noqa: BLE001 - no renderer (pygame missing, headless backend): a video is optional
+        log.warning(no_video_hint(env_id))
         return None, float("nan")
     frames, total = [], 0.0
     try:
         obs, _ = env.reset(seed=seed)
-        frame = env.render()
-        if frame is None:
+        try:
+            frame = env.render()
+        except Exception:  # noqa: BLE001 - MuJoCo without an off-screen GL context raises here
+            frame = None
+        if frame is None or np.ptp(np.asarray(frame)) == 0:
+            log.warning(no_video_hint(env_id))
             return None, float("nan")
         frames.append(frame)
         for t in range(1, max_frames * every):

@@ -33,7 +33,8 @@ warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__`
 
 ENV_DEFAULTS = {"id": "CartPole-v1", "num_envs": 4, "vectorization": "sync", "kwargs": {},
                 "normalize_obs": False, "normalize_reward": False, "clip_obs": 10.0, "clip_reward": 10.0,
-                "reward_sign": False}
+                "reward_sign": False, "action_type": None}
+ACTION_TYPES = {"discrete": "Discrete", "box": "continuous (Box)"}
 
 
 class Ticks(IterableDataset):
@@ -51,7 +52,9 @@ class Ticks(IterableDataset):
 
 class PPO(LightningModule):
     def __init__(self, env: dict | None = None, arch: str = "mlp", hidden_sizes: tuple[int, ...] | list[int] = (64, 64),
-                 activation: str = "tanh", total_timesteps: int = 100_000, num_steps: int = 128,
+                 activation: str = "tanh", pi_hidden_sizes: list[int] | None = None,
+                 vf_hidden_sizes: list[int] | None = None, ortho_init: bool = True, log_std_init: float = 0.0,
+                 total_timesteps: int = 100_000, num_steps: int = 128,
                  num_minibatches: int = 4, update_epochs: int = 4, gamma: float = 0.99, gae_lambda: float = 0.95,
                  clip_coef: float = 0.2, clip_vloss: bool = True, ent_coef: float = 0.01, vf_coef: float = 0.5,
                  max_grad_norm: float = 0.5, target_kl: float | None = None, norm_adv: bool = True,
@@ -69,7 +72,9 @@ class PPO(LightningModule):
         self.env_cfg = {**ENV_DEFAULTS, **(env or {})}
         self._check_hparams()
         self.spec = describe_env(self.env_cfg["id"], self.env_cfg["kwargs"])  # fails early on bad ids/spaces
-        self.agent = build_agent(arch, self.spec, hidden_sizes, activation)
+        _check_action_type(self.env_cfg, self.spec)
+        self.agent = build_agent(arch, self.spec, list(hidden_sizes), activation, pi_hidden_sizes, vf_hidden_sizes,
+                                 ortho_init, log_std_init)
         self.collector = Collector(self.env_cfg, self.spec, gamma, bootstrap_truncated)
         self.update = 0  # PPO updates done (checkpointed)
         self.world = 1
@@ -268,8 +273,9 @@ class PPO(LightningModule):
             # CartPole frames, with the GIF encoding).
             frames, _ = record_episode(self.collector.policy(self.agent), self.env_cfg["id"],
                                        self.hparams.seed + 30_000, self.env_cfg["kwargs"], max_frames=150, every=2)
-            if frames is not None:  # halve the resolution: TensorBoard keeps every frame
-                tb.log_video(self, "val/video", torch.from_numpy(frames[:, ::2, ::2].copy()), fps=15)
+            if frames is not None:  # TensorBoard keeps every frame: halve the large ones (CartPole's 600x400)
+                step = 2 if frames.shape[2] > 300 else 1
+                tb.log_video(self, "val/video", torch.from_numpy(frames[:, ::step, ::step].copy()), fps=15)
 
     def _check_ranks_agree(self) -> None:
         """All ranks must hold the same weights after training (averaged gradients, same decisions)."""
@@ -327,6 +333,21 @@ def freeze_imports() -> None:
     collected as usual."""
     if not gc.get_freeze_count():
         gc.freeze()
+
+
+def _check_action_type(env: dict, spec: dict) -> None:
+    """A preset written for one kind of action (`task.env.action_type`) refuses an env with the other kind: its
+    hyper-parameters (entropy, log-std, clip range) would be silently wrong there."""
+    want, got = env.get("action_type"), spec["action"]["type"]
+    if want is None:
+        return
+    if want not in ACTION_TYPES:
+        raise ZooError(f"task.env.action_type must be discrete, box or null, got '{want}'")
+    if want != got:
+        hint = ("experiment=rl_cartpole or rl_acrobot" if got == "discrete"
+                else "experiment=rl_pendulum, rl_hopper, rl_halfcheetah or rl_walker2d")
+        raise ZooError(f"this recipe is for {ACTION_TYPES[want]} actions but {env['id']} has {ACTION_TYPES[got]} "
+                       f"actions; use a recipe for them ({hint}) or task=rl/ppo task.env.id={env['id']}")
 
 
 def _spaces(spec: dict) -> str:

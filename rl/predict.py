@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rl.envs import no_video_hint
 from rl.evaluate import record_episode, run_episodes, save_video
 from zoo.errors import ZooError
 
@@ -37,7 +38,7 @@ def predict(model: Any, cfg: DictConfig, input: str | None) -> Iterator[dict]:
         frames, ret = record_episode(policy, env_id, seed, model.env_cfg["kwargs"],
                                      max_frames=int(opts.get("max_frames", 1000)))
         if frames is None:
-            yield {"env": env_id, "video": None, "note": "this environment does not render rgb_array frames"}
+            yield {"env": env_id, "video": None, "note": no_video_hint(env_id)}
         else:
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             yield {"env": env_id, "video": save_video(frames, str(out), fps=int(opts.get("fps", 30))),

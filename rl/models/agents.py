@@ -2,7 +2,9 @@
 the Nature DQN CNN with shared trunk (Mnih et al. 2015) for Atari.
 
 Orthogonal initialisation with gain sqrt(2) for hidden layers, 0.01 for the policy head and 1 for the value head
-(detail #2). Continuous actions: a Gaussian with a state-independent learnable log-std (continuous detail #1).
+(detail #2), or PyTorch's default initialisation with `ortho_init=False` (rl-baselines3-zoo's MuJoCo recipes).
+Continuous actions: a Gaussian with a state-independent learnable log-std starting at `log_std_init` (continuous
+detail #1).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) 
     return layer
 
 
-def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+def mlp(sizes: list[int], activation: str, out_gain: float, ortho_init: bool = True) -> nn.Sequential:
+    """Linear layers of `sizes` with `activation` between them; ortho_init=False keeps nn.Linear's own init."""
     act = ACTIVATIONS[activation]
+    init = layer_init if ortho_init else (lambda layer, gain=0.0: layer)
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-2], sizes[1:-1]):
-        layers += [layer_init(nn.Linear(a, b)), act()]
-    layers.append(layer_init(nn.Linear(sizes[-2], sizes[-1]), gain=out_gain))
+        layers += [init(nn.Linear(a, b)), act()]
+    layers.append(init(nn.Linear(sizes[-2], sizes[-1]), gain=out_gain))
     return nn.Sequential(*layers)
 
 
@@ -34,12 +38,12 @@ class PolicyHead(nn.Module):
     """Turns policy-network outputs into actions, log-probs and entropies (a Categorical, or a Gaussian whose
     state-independent log-std it holds for Box actions)."""
 
-    def __init__(self, action: dict) -> None:
+    def __init__(self, action: dict, log_std_init: float = 0.0) -> None:
         super().__init__()
         self.discrete = action["type"] == "discrete"
         self.out_dim = action["n"] if self.discrete else int(action["shape"][0])
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.zeros(self.out_dim))
+            self.log_std = nn.Parameter(torch.full((self.out_dim,), float(log_std_init)))
 
     def sample(self, out: Tensor, deterministic: bool) -> tuple[Tensor, Tensor]:
         """(action, log-prob); deterministic: argmax for Discrete, the mean for Box (clipped by the caller).
@@ -97,11 +101,15 @@ class Agent(nn.Module):
 
 
 class MLPAgent(Agent):
-    def __init__(self, obs_dim: int, action: dict, hidden_sizes: list[int], activation: str = "tanh") -> None:
+    """Separate policy and value MLPs; `vf_sizes` None: the value network has the policy's widths."""
+
+    def __init__(self, obs_dim: int, action: dict, hidden_sizes: list[int], activation: str = "tanh",
+                 vf_sizes: list[int] | None = None, ortho_init: bool = True, log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.head = PolicyHead(action)
-        self.actor = mlp([obs_dim, *hidden_sizes, self.head.out_dim], activation, out_gain=0.01)
-        self.critic = mlp([obs_dim, *hidden_sizes, 1], activation, out_gain=1.0)
+        self.head = PolicyHead(action, log_std_init)
+        vf = hidden_sizes if vf_sizes is None else vf_sizes
+        self.actor = mlp([obs_dim, *hidden_sizes, self.head.out_dim], activation, 0.01, ortho_init)
+        self.critic = mlp([obs_dim, *vf, 1], activation, 1.0, ortho_init)
 
     def policy_out(self, obs: Tensor) -> Tensor:
         return self.actor(obs)
@@ -113,9 +121,9 @@ class MLPAgent(Agent):
 class CNNAgent(Agent):
     """Nature CNN trunk shared by actor and critic; uint8 frames (B, 4, 84, 84) are scaled to [0, 1] here."""
 
-    def __init__(self, obs_shape: list[int], action: dict) -> None:
+    def __init__(self, obs_shape: list[int], action: dict, log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.head = PolicyHead(action)
+        self.head = PolicyHead(action, log_std_init)
         c, h, w = obs_shape
         self.trunk = nn.Sequential(
             layer_init(nn.Conv2d(c, 32, 8, stride=4)), nn.ReLU(),
