@@ -6,6 +6,7 @@ restored on resume, test and predict, and identical on every DDP rank after `syn
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -20,10 +21,22 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: Tensor) -> None:
-        """x: (B, *shape)."""
-        x = x.to(torch.float64)
-        self.update_from_moments(x.mean(0), x.var(0, unbiased=False), x.shape[0])
+    def update(self, x: Tensor | np.ndarray) -> None:
+        """x: (B, *shape). On the CPU the arithmetic runs in numpy on the buffers' own memory: a rollout calls this
+        once per environment step, where a dozen tiny torch ops cost several times numpy's (docs/rl.md)."""
+        if self.mean.device.type != "cpu":
+            x = torch.as_tensor(x, dtype=torch.float64, device=self.mean.device)
+            self.update_from_moments(x.mean(0), x.var(0, unbiased=False), x.shape[0])
+            return
+        a = np.asarray(x, dtype=np.float64)
+        n = a.shape[0]
+        batch_mean, batch_var = (a[0], 0.0) if n == 1 else (a.mean(0), a.var(0))
+        mean, var, count = self.mean.numpy(), self.var.numpy(), self.count.numpy()
+        delta = batch_mean - mean
+        total = count + n
+        var[...] = (var * count + batch_var * n + delta**2 * (count * n / total)) / total
+        mean += delta * (n / total)
+        count[...] = total
 
     @torch.no_grad()
     def update_from_moments(self, mean: Tensor, var: Tensor, count: float) -> None:
@@ -34,8 +47,14 @@ class RunningMeanStd(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
-    def normalize(self, x: Tensor, clip: float) -> Tensor:
-        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-clip, clip).to(torch.float32)
+    def normalize(self, x: Tensor | np.ndarray, clip: float) -> Tensor:
+        """(x - mean) / sqrt(var + 1e-8), clipped to [-clip, clip], as float32 (numpy on the CPU, as update)."""
+        if self.mean.device.type != "cpu":
+            x = torch.as_tensor(x, device=self.mean.device)
+            return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-clip, clip).to(torch.float32)
+        a = np.asarray(x, dtype=np.float64)
+        out = (a - self.mean.numpy()) / np.sqrt(self.var.numpy() + 1e-8)
+        return torch.from_numpy(np.minimum(np.maximum(out, -clip), clip).astype(np.float32))  # np.clip: 2x slower
 
 
 class RewardScaler(nn.Module):
@@ -49,12 +68,17 @@ class RewardScaler(nn.Module):
         self.register_buffer("ret", torch.zeros(num_envs, dtype=torch.float64), persistent=False)
 
     @torch.no_grad()
-    def __call__(self, reward: Tensor, done: Tensor, clip: float) -> Tensor:
-        """reward, done: (N,) for one vector step; returns the scaled reward (N,) float32."""
-        self.ret.mul_(self.gamma).add_(reward.to(torch.float64))
-        self.rms.update(self.ret)  # (N,) -> a scalar mean/var
-        self.ret[done] = 0.0
-        return (reward / torch.sqrt(self.rms.var + 1e-8)).clamp(-clip, clip).to(torch.float32)
+    def __call__(self, reward: Tensor | np.ndarray, done: Tensor | np.ndarray, clip: float) -> Tensor:
+        """reward, done: (N,) for one vector step; returns the scaled reward (N,) float32. numpy on the buffers'
+        memory, as RunningMeanStd.update (once per environment step)."""
+        ret = self.ret.numpy()
+        r = np.asarray(reward, dtype=np.float64)
+        ret *= self.gamma
+        ret += r
+        self.rms.update(ret)  # (N,) -> a scalar mean/var
+        ret[np.asarray(done, dtype=bool)] = 0.0
+        scaled = r / np.sqrt(self.rms.var.numpy() + 1e-8)
+        return torch.from_numpy(np.minimum(np.maximum(scaled, -clip), clip).astype(np.float32))
 
 
 def sync_running_stats(rms: RunningMeanStd, reduce_mean) -> None:  # noqa: ANN001 - strategy.reduce-like callable

@@ -65,12 +65,12 @@ class Collector:
 
     def process_obs(self, obs: np.ndarray, update: bool) -> Tensor:
         """Raw env observations -> the agent's input (normalised and clipped if enabled; uint8 frames kept)."""
-        x = torch.as_tensor(np.asarray(obs))
         if self.obs_rms is None:
+            x = torch.as_tensor(np.asarray(obs))
             return x if x.dtype == torch.uint8 else x.float()
         if update:
-            self.obs_rms.update(x)
-        return self.obs_rms.normalize(x, self.cfg["clip_obs"])
+            self.obs_rms.update(obs)
+        return self.obs_rms.normalize(obs, self.cfg["clip_obs"])
 
     def env_action(self, action: Tensor) -> np.ndarray:
         a = action.numpy()

@@ -7,6 +7,8 @@
     PYTHONPATH=/tmp/sb3lib python scripts/evidence/bench_rl.py sb3 --seeds 1 2 3 --rounds 2
                                                                    # experiment=rl_cartpole vs SB3
     python scripts/evidence/bench_rl.py cleanrl --seeds 1 2 3 --rounds 2   # task=rl/ppo 100k steps vs baseline_ppo.py
+    PYTHONPATH=/tmp/rl/sb3lib python scripts/evidence/bench_rl.py sb3_mujoco --env Hopper-v5 --steps 100000 \
+        --seeds 1 2 3 --rounds 1                                   # experiment=rl_hopper vs sb3_ppo_mujoco.py
     python scripts/evidence/bench_rl.py phases experiment=rl_cartpole seed=1   # where one zoo run's time goes
 
 Prints one JSON line per run and a markdown table at the end. Runs are written to a temporary folder.
@@ -30,6 +32,7 @@ from common import HERE, ROOT, ZOO_MODULE, Run, Spread, csv_rows, run, zoo_env
 
 QUIET = ["logger=csv", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
          "task.module.video=false", "test_after_fit=false"]
+MUJOCO = {"Hopper-v5": "rl_hopper", "HalfCheetah-v5": "rl_halfcheetah", "Walker2d-v5": "rl_walker2d"}
 SUITES = {  # preset, threshold on the metric, metric ("last20": rollout mean of 20 episodes, "eval": val/return)
     "cartpole": ("rl_cartpole", 475.0, "last20"),
     "acrobot": ("rl_acrobot", -100.0, "eval"),
@@ -136,23 +139,27 @@ def steps(v: float | None) -> str:
     return "-" if v is None else f"{int(v):,}"
 
 
-def side_by_side(suite: str, seeds: list[int], rounds: int, timeout: float) -> None:
+def side_by_side(suite: str, seeds: list[int], rounds: int, timeout: float, env: str = "Hopper-v5",
+                 n_steps: int = 100_000) -> None:
     """Pairs of zoo and reference runs with the same seed, back to back (which one goes first alternates from pair to
     pair, so that a load that rises or falls through a pair favours neither); `rounds` passes over the seeds. The
     per-pair ratios are the numbers to read on a shared machine: a pair's two runs see about the same load."""
-    if suite == "sb3":
+    if suite.startswith("sb3"):
         probe = subprocess.run([sys.executable, "-c", "import stable_baselines3"], capture_output=True)
         if probe.returncode != 0:
             print("stable-baselines3 is not importable; install it outside the project: .venv/bin/pip install "
                   "--target /tmp/sb3lib --no-deps stable-baselines3, then run with PYTHONPATH=/tmp/sb3lib")
             return
-    zoo_args = (lambda s: ["experiment=rl_cartpole", f"seed={s}"]) if suite == "sb3" else \
-        (lambda s: ["task=rl/ppo", f"seed={s}"])
-    script = "bench_sb3_cartpole.py" if suite == "sb3" else "baseline_ppo.py"
+    zoo_args, script, extra = {
+        "sb3": (lambda s: ["experiment=rl_cartpole", f"seed={s}"], "bench_sb3_cartpole.py", []),
+        "cleanrl": (lambda s: ["task=rl/ppo", f"seed={s}"], "baseline_ppo.py", []),
+        "sb3_mujoco": (lambda s: [f"experiment={MUJOCO[env]}", f"seed={s}", f"task.module.total_timesteps={n_steps}"],
+                       "sb3_ppo_mujoco.py", ["--env", env, "--steps", str(n_steps)]),
+    }[suite]
     pairs = []
     for i, seed in enumerate([s for _ in range(rounds) for s in seeds]):
         run_zoo = lambda: zoo_wall(zoo_args(seed), timeout)  # noqa: E731
-        run_ref = lambda: reference_wall([str(HERE / script), "--seed", str(seed)], timeout)  # noqa: E731
+        run_ref = lambda: reference_wall([str(HERE / script), "--seed", str(seed), *extra], timeout)  # noqa: E731
         if i % 2 == 0:
             zoo, ref = run_zoo(), run_ref()
         else:
@@ -163,9 +170,9 @@ def side_by_side(suite: str, seeds: list[int], rounds: int, timeout: float) -> N
 
 
 def report(suite: str, pairs: list[tuple[int, str, dict, dict]]) -> None:
-    name = "SB3" if suite == "sb3" else "plain PPO"
+    name = "SB3" if suite.startswith("sb3") else "plain PPO"
     # SB3's script evaluates 10 deterministic episodes at the end; the plain PPO reports its last 20 episodes.
-    zkey, rkey, what = ("final_eval", "final_eval", "final eval") if suite == "sb3" else \
+    zkey, rkey, what = ("final_eval", "final_eval", "final eval") if suite.startswith("sb3") else \
         ("final_last20", "return_last20", "last-20 return")
     print(f"| pair | seed | load zoo-{name} | zoo s | {name} s | zoo/{name} wall | zoo/{name} CPU "
           f"| rolling-20 >= 475 at: zoo / {name} | {what}: zoo / {name} |")
@@ -199,9 +206,12 @@ def phases(overrides: list[str]) -> None:
 
     # The wrappers below need Lightning before the job starts: install the task's lean imports here, as Hydra would.
     install(OmegaConf.load(ROOT / "configs" / "task" / "rl" / "ppo.yaml").hydra.callbacks.lean_imports.absent)
+    import gymnasium as gym
     import lightning.pytorch as pl
 
+    import rl.models.agents
     import rl.module
+    import rl.normalize
     import rl.rollout
 
     spent: dict[str, float] = {}
@@ -222,7 +232,12 @@ def phases(overrides: list[str]) -> None:
     for cls, name, label in [(pl.Trainer, "fit", "fit"), (pl.Trainer, "test", "test_after_fit"),
                              (rl.module.PPO, "training_step", "updates"), (rl.rollout.Collector, "collect", "rollouts"),
                              (rl.module.PPO, "_learn", "optimizer_steps"), (rl.module.PPO, "_log_update", "logging"),
-                             (rl.module.PPO, "_evaluate", "evaluations"), (rl.module.PPO, "on_train_end", "video")]:
+                             (rl.module.PPO, "_evaluate", "evaluations"), (rl.module.PPO, "on_train_end", "video"),
+                             # inside the rollouts: the envs' steps, the policy's forward, the normalisers
+                             (gym.wrappers.vector.RecordEpisodeStatistics, "step", "rollout_env_step"),
+                             (rl.models.agents.MLPAgent, "act", "rollout_policy_forward"),
+                             (rl.rollout.Collector, "process_obs", "rollout_obs_normalise"),
+                             (rl.normalize.RewardScaler, "__call__", "rollout_reward_scale")]:
         timed(cls, name, label)
     from zoo.cli import main as zoo_main
 
@@ -241,15 +256,16 @@ def main() -> None:
         phases(sys.argv[2:])
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("suite", choices=[*SUITES, "speed", "sb3", "cleanrl"])
+    ap.add_argument("suite", choices=[*SUITES, "speed", "sb3", "cleanrl", "sb3_mujoco"])
+    ap.add_argument("--env", default="Hopper-v5", choices=list(MUJOCO), help="sb3_mujoco: the environment")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--steps", type=int, default=50_000, help="speed: environment steps per run")
+    ap.add_argument("--steps", type=int, default=50_000, help="speed, sb3_mujoco: environment steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="speed: zoo/baseline pairs")
     ap.add_argument("--rounds", type=int, default=2, help="sb3/cleanrl: passes over the seeds (pairs = seeds x rounds)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     a = ap.parse_args()
-    if a.suite in ("sb3", "cleanrl"):
-        side_by_side(a.suite, a.seeds, a.rounds, a.timeout)
+    if a.suite in ("sb3", "cleanrl", "sb3_mujoco"):
+        side_by_side(a.suite, a.seeds, a.rounds, a.timeout, a.env, a.steps)
         return
     if a.suite == "speed":
         runs = speed(a.steps, a.repeats, a.timeout)
