@@ -57,7 +57,8 @@ class ImageDataModule(pl.LightningDataModule):
                  image_size: int | None = None, channels: int | None = None, batch_size: int = 64,
                  num_workers: int | str = "auto", augment: bool = True, download: bool = True,
                  val_fraction: float = 0.15, test_fraction: float = 0.2, seed: int = 42,
-                 check_images: bool = True, pretrained: bool | str = "auto", cache_features: bool = False) -> None:
+                 check_images: bool = True, pretrained: bool | str = "auto", cache_features: bool = False,
+                 cache_augmented: bool = False) -> None:
         super().__init__()
         if dataset not in DATASETS:
             raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
@@ -69,7 +70,10 @@ class ImageDataModule(pl.LightningDataModule):
         self.check_images = check_images
         # the module caches a frozen backbone's features by sample index: batches carry it, inputs stay fixed
         self.with_index = bool(cache_features)
-        if self.with_index and augment:
+        # cache_augmented: each epoch's augmented view is cached apart (the module's head_fit=lbfgs), and no photo
+        # is dropped from an epoch, so every photo has as many views as epochs
+        self.cache_augmented = self.with_index and bool(cache_augmented)
+        if self.with_index and augment and not self.cache_augmented:
             log.info("cache_features: training images are not augmented (cached features stand for fixed inputs)")
             self.augment = False
         self.channels = channels or (1 if dataset == "digits" else 3)
@@ -187,7 +191,7 @@ class ImageDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ loaders
     def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle,
-                          drop_last=shuffle and len(ds) > self.batch_size,
+                          drop_last=shuffle and len(ds) > self.batch_size and not self.cache_augmented,
                           **loader_options(self.trainer, self.num_workers))
 
     def train_dataloader(self) -> DataLoader:

@@ -1,7 +1,9 @@
 """Export and serving hooks for vision/resnet (found by zoo/kit/hooks.py; called by `zoo export` and `zoo serve`).
 
 Exported graph: normalised images (B, C, H, W) float32 -> logits (B, num_classes), dynamic batch. Normalisation
-stays outside the graph (model.json says how), so a consumer can feed tensors it already normalised.
+stays outside the graph (model.json says how), so a consumer can feed tensors it already normalised. A run that chose
+flip test-time augmentation exports it inside the graph (the mean of the logits of the images and their mirror
+images), so the file gives what `zoo predict` gives.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import io
 from typing import Any
 
 import numpy as np
+import torch
 
 from zoo.kit.deploy import Examples, Graph, compare
 
@@ -21,8 +24,20 @@ TOLERANCE = 1e-3     # on logits, fp32
 QUANTIZATION = "static"
 
 
+class FlipAverage(torch.nn.Module):
+    """The model with flip test-time augmentation, as the module's forward applies it where the run chose it."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (self.model(images) + self.model(torch.flip(images, dims=[3]))) / 2
+
+
 def export_graph(module: Any) -> Graph:
-    return Graph(module.model, ["images"], ["logits"], {"images": {0: "batch"}, "logits": {0: "batch"}})
+    model = FlipAverage(module.model) if getattr(module, "tta_flip", False) else module.model
+    return Graph(model, ["images"], ["logits"], {"images": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:

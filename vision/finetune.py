@@ -18,6 +18,7 @@ by about the full rate. The linear probe never unfreezes, so it can drop the bac
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
 import torch
 from torch import nn
@@ -92,3 +93,51 @@ def step_scaled(optimizer: torch.optim.Optimizer, step: Callable[[], object], fa
     finally:
         for g, lr in zip(scaled, scheduled):
             g["lr"] = lr
+
+
+class PhaseLog:
+    """Validation accuracy per epoch and the phase it came from; says which epoch the best checkpoint holds.
+
+    The first epoch with the highest accuracy, as the zoo's ModelCheckpoint (mode max, replacing only on a strictly
+    better value) keeps it, so a fine-tuned epoch that only ties the frozen head is not kept."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, float, str]] = []
+
+    def add(self, epoch: int, acc: float, phase: str) -> None:
+        self.entries = [e for e in self.entries if e[0] != epoch] + [(epoch, acc, phase)]
+
+    def kept(self) -> tuple[int, float, str] | None:
+        best = None
+        for e in sorted(self.entries):
+            if best is None or e[1] > best[1]:
+                best = e
+        return best
+
+    def kept_line(self) -> str:
+        best = self.kept()
+        if best is None:
+            return ""
+        others = [e for e in self.entries if e[2] != best[2]]
+        rival = max(others, key=lambda e: (e[1], -e[0])) if others else None
+        also = (f"; best {rival[2]} epoch {rival[0]}: {rival[1]:.3f}" if rival else "")
+        return f"kept checkpoint: epoch {best[0]}, {best[2]} (val acc {best[1]:.3f}){also}"
+
+
+def fit_then_tune_plan(hp: Any, epochs: int, keep_bn_stats: bool, augmented: bool) -> str:
+    """The start line of gradual with head_fit=lbfgs: cached views and fitted head, then the whole network."""
+    n = hp.unfreeze_epoch
+    frozen = f"epochs 0-{n - 1}" if n > 1 else "epoch 0"
+    views = "an augmented view" if augmented else "a view (not augmented)"
+    head = (f"{frozen} cache {views} of every training photo and its mirror image, the head fitted to all views "
+            f"so far at each epoch's end (L2-regularised logistic regression, L2 by {hp.l2_folds}-fold split of the "
+            f"training photos)")
+    tta = {True: "flip TTA on", False: "flip TTA off", "auto": "flip TTA where the split says it pays"}[hp.tta]
+    if 0 < epochs <= n:
+        return f"finetune=gradual: {head}; the backbone never opens (max_epochs); {tta}"
+    rest = f"epoch {n}" if epochs - 1 == n else f"epochs {n}-{epochs - 1}" if epochs > 0 else f"from epoch {n}"
+    bn = "its pretrained BatchNorm statistics kept" if keep_bn_stats else "BatchNorm statistics updated"
+    warm = f", warmed up over {hp.unfreeze_warmup:g} epoch(s)" if hp.unfreeze_warmup > 0 else ""
+    photos = "augmented" if augmented else "un-augmented"
+    return (f"finetune=gradual: {head}; {rest} the whole network on {photos} photos (the backbone at "
+            f"{hp.backbone_lr_scale:g}x the rate{warm}, {bn}); {tta}; the best validation epoch is kept")

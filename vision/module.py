@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from vision import finetune as ft
+from vision import headfit as hf
 from vision.models import create_backbone, head_prefixes
 from zoo.errors import ZooError
 from zoo.kit import optim, tb
@@ -40,6 +42,10 @@ class ImageClassifier(pl.LightningModule):
         drop_rate: float = 0.0,
         log_images: int = 16,
         cache_features: bool = False,
+        head_fit: str = "sgd",
+        l2_grid: list[float] | None = None,
+        l2_folds: int = 5,
+        tta: bool | str = False,
         optimizer: Any = None,
         scheduler: Any = None,
     ) -> None:
@@ -50,6 +56,7 @@ class ImageClassifier(pl.LightningModule):
         if cache_features and finetune == "full":
             raise ZooError("task.module.cache_features=true needs a frozen backbone (finetune=linear_probe, or "
                            "gradual until unfreeze_epoch), not finetune=full; set task.module.cache_features=false")
+        hf.check_options(head_fit, cache_features, tta, l2_grid, l2_folds)
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.pretrained_report = {"source": str(pretrained), "line": source}  # zoo.kit.pretrained.PretrainedReport
@@ -71,12 +78,17 @@ class ImageClassifier(pl.LightningModule):
                 self.metrics[f"{stage}_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
         self.confusion = MulticlassConfusionMatrix(num_classes)
         self._samples: list[tuple] = []
-        self._features: dict[tuple[str, int], torch.Tensor] = {}  # cache_features: (stage, sample index) -> pooled
+        self._features: dict[tuple, torch.Tensor] = {}  # cache_features: (stage, sample index[, view]) -> pooled
+        self._train_labels: dict[int, int] = {}  # head_fit=lbfgs: sample index -> class, for the fit
+        self.tta_flip = tta is True  # head_fit=lbfgs with tta=auto decides at each fit; checkpoints keep it
+        self.phases = ft.PhaseLog()  # val acc per epoch and phase, for the line that says which one was kept
 
     # ------------------------------------------------------------------ inference
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, C, H, W), normalised -> logits (B, num_classes)."""
-        return self.model(images)
+        """images (B, C, H, W), normalised -> logits (B, num_classes); with flip TTA, the mean of the logits of the
+        images and of their mirror images."""
+        logits = self.model(images)
+        return (logits + self.model(images.flip(-1))) / 2 if self.tta_flip else logits
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With trainer.channels_last the images follow the weights' layout, converted once on the device: a
@@ -90,21 +102,39 @@ class ImageClassifier(pl.LightningModule):
     def _logits(self, batch: tuple, stage: str) -> torch.Tensor:
         """Logits for the batch; with cache_features, the frozen backbone runs once per sample while it is frozen."""
         if not self.hparams.cache_features or not self.backbone_frozen():
-            return self(batch[0])
+            return self.model(batch[0]) if stage == "train" else self(batch[0])  # no TTA while training
+        keys = [(stage, i) for i in self._indices(batch)]
+        head = self.model.get_classifier()
+        pooled = F.dropout(self._pooled(batch[0], keys), self.hparams.drop_rate, training=self.training)
+        logits = head(pooled)
+        if stage != "train" and self.tta_flip:
+            logits = (logits + head(self._pooled(batch[0], [(*k, "flip") for k in keys], flip=True))) / 2
+        return logits
+
+    def _indices(self, batch: tuple) -> list[int]:
         if len(batch) < 3:
             raise ZooError("task.module.cache_features=true needs batches with sample indices: set "
                            "task.data.cache_features=true as well (the task config links the two)")
-        keys = [(stage, i) for i in batch[2].tolist()]
+        return batch[2].tolist()
+
+    def _pooled(self, images: torch.Tensor, keys: list[tuple], flip: bool = False) -> torch.Tensor:
+        """The frozen backbone's pooled features (B, num_features), computed only for keys not yet cached."""
         todo = [j for j, k in enumerate(keys) if k not in self._features]
         if todo:
+            x = images[todo].flip(-1) if flip else images[todo]
             with torch.no_grad():
                 self.model.eval()  # no dropout in what is cached
-                pooled = self.model.forward_head(self.model.forward_features(batch[0][todo]), pre_logits=True)
+                pooled = self.model.forward_head(self.model.forward_features(x), pre_logits=True)
                 self.train(self.training)  # back, with the frozen backbone's BatchNorm rule
             self._features.update({keys[j]: f for j, f in zip(todo, pooled)})
-        pooled = torch.stack([self._features[k] for k in keys])  # (B, num_features)
-        pooled = F.dropout(pooled, self.hparams.drop_rate, training=self.training)
-        return self.model.get_classifier()(pooled)
+        return torch.stack([self._features[k] for k in keys])
+
+    def _cache_views(self, batch: tuple) -> None:
+        """head_fit=lbfgs, frozen epochs: this epoch's (augmented) view of each photo and its mirror image."""
+        idx, epoch = self._indices(batch), self.current_epoch
+        for flip in (0, 1):
+            self._pooled(batch[0], [("train", i, epoch, flip) for i in idx], flip=bool(flip))
+        self._train_labels.update(zip(idx, batch[1].tolist()))
 
     def shared_step(self, batch: tuple, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
         y = batch[1]
@@ -119,8 +149,41 @@ class ImageClassifier(pl.LightningModule):
             self.log(f"{stage}/top5", self.metrics[f"{stage}_top5"], on_step=False, on_epoch=True)
         return loss, logits
 
-    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor | None:
+        if self.fits_head():
+            self._cache_views(batch)
+            return None  # no optimizer step: the head is fitted when the epoch's views are all cached
         return self.shared_step(batch, "train")[0]
+
+    def fits_head(self) -> bool:
+        """head_fit=lbfgs while the backbone is frozen: epochs cache views, the head is fitted at their end."""
+        return self.hparams.head_fit == "lbfgs" and self.backbone_frozen()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.fits_head() and batch_idx + 1 >= self.trainer.num_training_batches:
+            self.fit_head()
+
+    def fit_head(self) -> hf.HeadFit:
+        """Fit the head to every cached view so far (L2 by cross-validation over the training photos)."""
+        feats, labels = hf.stack_views(self._features, self._train_labels)
+        hp = self.hparams
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # small matrices: a 2nd thread made the fits 3x slower on a loaded 2-core CPU
+        try:
+            fit = hf.fit_head(feats, labels, hp.num_classes, tuple(hp.l2_grid or hf.L2_GRID), hp.l2_folds)
+        finally:
+            torch.set_num_threads(threads)
+        classifier = self.model.get_classifier()
+        with torch.no_grad():
+            classifier.weight.copy_(fit.weight.to(classifier.weight))
+            classifier.bias.copy_(fit.bias.to(classifier.bias))
+        if hp.tta == "auto":
+            self.tta_flip = fit.flip_pays
+        line = f"epoch {self.current_epoch}: {fit.line(self.tta_flip)}"
+        if self.trainer.is_global_zero:
+            print(f"zoo: {line}", flush=True)
+        tb.log_text(self, "train/head_fit", line)
+        return fit
 
     def validation_step(self, batch: tuple, batch_idx: int) -> None:
         _, logits = self.shared_step(batch, "val")
@@ -186,6 +249,11 @@ class ImageClassifier(pl.LightningModule):
             # the cached epochs give the backbone no gradients, which DDP's reducer waits for
             raise ZooError("task.module.cache_features=true with finetune=gradual runs on one device; with "
                            f"{self.trainer.world_size} processes set task.module.cache_features=false")
+        if hp.head_fit == "lbfgs" and self.trainer.world_size > 1:
+            raise ZooError("task.module.head_fit=lbfgs fits the head on one device; with "
+                           f"{self.trainer.world_size} processes set task.module.head_fit=sgd")
+        if hp.head_fit == "lbfgs":  # the cached epochs skip the optimizer on purpose (training_step returns None)
+            warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
         if hp.finetune == "gradual" and self.trainer.is_global_zero:
             print(f"zoo: {self.gradual_plan()}", flush=True)
         if (self.device.type == "cpu" and "bf16" in str(self.trainer.precision)
@@ -195,9 +263,25 @@ class ImageClassifier(pl.LightningModule):
                         "CPU conv backward is unreliable (docs/vision.md); use task.data.image_size>=32 or "
                         "trainer.precision=32-true", self.hparams.image_size)
 
+    def on_train_end(self) -> None:
+        line = self.phases.kept_line()
+        if line and self.hparams.finetune == "gradual" and self.trainer.is_global_zero:
+            print(f"zoo: {line}", flush=True)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["vision_run"] = {"tta_flip": self.tta_flip, "phases": self.phases.entries}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("vision_run", {})
+        self.tta_flip = bool(state.get("tta_flip", self.tta_flip))
+        self.phases.entries = [tuple(e) for e in state.get("phases", [])]
+
     def gradual_plan(self) -> str:
         """One line for the start of a gradual run: which epochs train what, on what."""
         hp, epochs = self.hparams, self.trainer.max_epochs or -1
+        if hp.head_fit == "lbfgs":
+            augmented = bool(getattr(getattr(self.trainer, "datamodule", None), "augment", False))
+            return ft.fit_then_tune_plan(hp, epochs, self.keep_bn_stats, augmented)
         head = f"epochs 0-{hp.unfreeze_epoch - 1}" if hp.unfreeze_epoch > 1 else "epoch 0"
         feats = "cached features" if hp.cache_features else "the backbone's features"
         head = f"{head} train the head on {feats}, " if hp.unfreeze_epoch > 0 else ""
@@ -221,6 +305,9 @@ class ImageClassifier(pl.LightningModule):
             tb.log_text(self, "test/split", line)
 
     def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
+            phase = "frozen" if self.backbone_frozen() else "whole network"
+            self.phases.add(self.current_epoch, float(self.metrics["val_acc"].compute()), phase)
         samples, self._samples = self._samples, []
         if not samples or self.trainer.sanity_checking:
             return
