@@ -21,10 +21,10 @@ import torch
 from gan import losses
 from gan.evaluator import Judge, build_judge
 from gan.models import SIZES, build, list_models
-from gan.speed import build_optimizer, check_compile_mode, compile_networks, ema_update_
+from gan.speed import ema_update_
 from zoo.errors import ZooError
 from zoo.kit import tb
-from zoo.kit.optim import require_optimizer
+from zoo.kit.optim import build_optimizer, require_optimizer
 
 
 class DCGAN(L.LightningModule):
@@ -55,7 +55,8 @@ class DCGAN(L.LightningModule):
         scheduler: Any = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        # compile_mode: only so that checkpoints saved before torch.compile became trainer.compile_mode still load
+        self.save_hyperparameters(ignore=["optimizer", "scheduler", "compile_mode"])
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.automatic_optimization = False
         if arch not in list_models():
@@ -69,9 +70,6 @@ class DCGAN(L.LightningModule):
                            "a folder with one sub-folder per class, or set task.module.conditional=false")
         if n_critic < 1:
             raise ZooError(f"n_critic={n_critic} must be >= 1")
-        if check_compile_mode(compile_mode) and loss == "wgan_gp":
-            raise ZooError("compile_mode needs a loss without the gradient penalty: torch.compile has no double "
-                           "backward; use loss=nonsat or hinge, or compile_mode=null")
         k = num_classes if conditional else 0
         # WGAN-GP penalises per-sample gradients, which batch norm couples; SN-GANs drop batch norm too.
         d_norm = "none" if (loss == "wgan_gp" or spectral_norm) else "batch"
@@ -85,7 +83,6 @@ class DCGAN(L.LightningModule):
         self.register_buffer("fixed_z", torch.randn(num_fixed, nz, generator=gen))
         self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
         self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
-        self._compiled: list[str] = []  # networks compiled in setup() for compile_mode
         # Fine-tuning G and D from an earlier run (gan/pretrained.py); the zoo saves `pretrained` as False in every
         # checkpoint, so load_from_checkpoint never reads the source again.
         from gan.pretrained import load_pretrained
@@ -182,8 +179,6 @@ class DCGAN(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         real, labels = batch
         labels = labels if self.conditional else None
-        if self.hparams.compile_mode == "reduce-overhead" and real.is_cuda:
-            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be reused from here on
         scheds = self._schedulers()
         g_step = (batch_idx + 1) % self.hparams.n_critic == 0
         log = self._writes_logs()
@@ -221,9 +216,15 @@ class DCGAN(L.LightningModule):
         # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
         if stage in ("fit", "validate", "test") and self.judge is None and self._evaluates(stage):
             self.judge = build_judge(self.hparams, self.trainer.datamodule)
-        if stage == "fit" and not self._compiled:
-            self._compiled = compile_networks({"generator": self.generator, "discriminator": self.discriminator},
-                                              self.hparams.compile_mode)
+
+    def compiled_networks(self) -> dict[str, torch.nn.Module]:
+        """What `trainer.compile` compiles (zoo.core.compile): G and D, which every step calls; the EMA copy only
+        samples at evaluation. The gradient penalty differentiates D's gradients again, a double backward that
+        torch.compile does not have."""
+        if self.hparams.loss == "wgan_gp":
+            raise ZooError("trainer.compile=true needs a GAN loss without the gradient penalty (torch.compile has no "
+                           "double backward); use task.module.loss=nonsat or hinge, or trainer.compile=false")
+        return {"generator": self.generator, "discriminator": self.discriminator}
 
     def _evaluates(self, stage: str) -> bool:
         """A fit without validation (`zoo bench`, limit_val_batches=0) needs no evaluator: building one can train the
@@ -271,6 +272,7 @@ class DCGAN(L.LightningModule):
         require_optimizer(self)
         # Lightning moves the module to its device before this hook, so the parameters say where the step runs
         device = next(self.generator.parameters()).device
+        # no Lightning gradient clipping in manual optimisation: fused kernels are fine under mixed precision
         opt_d = build_optimizer(self.optimizer_factory, self.discriminator.parameters(), device)
         for g in opt_d.param_groups:
             g["lr"] *= self.hparams.d_lr_scale

@@ -221,7 +221,9 @@ class SequenceClassifier(pl.LightningModule):
             self.tokenizer = tokenizer_from_files(checkpoint["nlp_tokenizer"])
 
     def configure_callbacks(self) -> list:
-        return [HFExport()] if self.hparams.export_hf else []
+        # once per trainer: the test after fit would otherwise replace fit's copy, and Lightning says so on the console
+        present = self._trainer is not None and any(isinstance(c, HFExport) for c in self.trainer.callbacks)
+        return [HFExport()] if self.hparams.export_hf and not present else []
 
     def configure_optimizers(self) -> Any:
         layers = getattr(self.model.config, "num_hidden_layers", None) or getattr(self.model.config, "n_layers", None)

@@ -54,9 +54,12 @@ def _from_folder_or_hub(location: str, local: bool, where: str) -> tuple[dict, l
     """The tensors of a save_pretrained folder or hub model; a base encoder's (absent) head is left out."""
     from transformers import AutoModelForSequenceClassification
 
+    from nlp.models.hub import quiet_load
+
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            location, local_files_only=local, output_loading_info=True)
+        with quiet_load(local):
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                location, local_files_only=local, output_loading_info=True)
     except (OSError, ValueError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ZooError(f"{OPTION}: cannot load {where} ({first}); give a folder saved with save_pretrained "

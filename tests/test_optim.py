@@ -174,3 +174,82 @@ def test_groups_under_real_fsdp_on_two_cpu_ranks():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(_fsdp_rank, args=(2, port), nprocs=2)
+
+
+CUDA, CPU = torch.device("cuda", 0), torch.device("cpu")
+
+
+def test_fused_on_cuda_foreach_elsewhere_and_the_config_wins():
+    import functools
+
+    adam = functools.partial(torch.optim.Adam, lr=1e-3)
+    assert optim.step_kwargs(adam, CUDA) == {"fused": True}
+    assert optim.step_kwargs(adam, CPU) == {"foreach": True}
+    assert optim.step_kwargs(functools.partial(torch.optim.Adam, fused=False), CUDA) == {}  # the user's choice
+    assert optim.step_kwargs(functools.partial(torch.optim.AdamW, foreach=False), CPU) == {}
+
+    def plain(params, lr=1e-3):  # noqa: ANN001, ANN202 - an optimiser factory without the keywords
+        return torch.optim.SGD(params, lr=lr)
+
+    assert optim.step_kwargs(plain, CUDA) == {}
+
+
+def test_no_fused_optimiser_where_lightning_clips_under_mixed_precision():
+    """A fused optimiser unscales inside its step; Lightning's mixed precision then refuses to clip gradients."""
+    import functools
+    from types import SimpleNamespace
+
+    adam = functools.partial(torch.optim.AdamW, lr=1e-3)
+    assert optim.step_kwargs(adam, CUDA, amp_clipping=True) == {"foreach": True}
+    assert optim.step_kwargs(functools.partial(torch.optim.AdamW, fused=True), CUDA, amp_clipping=True) == \
+        {"fused": False}  # even where the config asks for it
+    clipping = SimpleNamespace(gradient_clip_val=1.0, precision="bf16-mixed")
+    assert optim.clips_under_amp(clipping)
+    assert not optim.clips_under_amp(SimpleNamespace(gradient_clip_val=1.0, precision="32-true"))
+    assert not optim.clips_under_amp(SimpleNamespace(gradient_clip_val=None, precision="16-mixed"))
+    assert not optim.clips_under_amp(None)
+
+
+def test_an_optimiser_that_refuses_the_keyword_is_built_as_configured():
+    import functools
+
+    params = [nn.Parameter(torch.zeros(2))]
+
+    def cpu_fused_only(params, lr=0.1, fused=None):  # noqa: ANN001, ANN202 - as torch's Adagrad on CUDA tensors
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cpu']")
+        return torch.optim.Adagrad(params, lr=lr)
+
+    assert not optim.build_optimizer(cpu_fused_only, params, CUDA).defaults.get("fused")
+    with pytest.raises(ValueError, match="Invalid learning rate"):  # other errors are not swallowed
+        optim.build_optimizer(functools.partial(torch.optim.Adam, lr=-1.0), params, CPU)
+
+
+def test_configure_builds_every_tasks_optimiser_for_its_device():
+    """configure (vision, nlp, speech) builds through build_optimizer: foreach on this CPU, same numbers as a plain
+    optimiser after a step."""
+    import functools
+
+    import lightning.pytorch as pl
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+            self.optimizer_factory = functools.partial(torch.optim.AdamW, lr=1e-2)
+            self.scheduler_factory = None
+
+    torch.manual_seed(0)
+    module = Module()
+    twin = nn.Linear(4, 2)
+    twin.load_state_dict(module.net.state_dict())
+    opt = optim.configure(module, module.net.parameters())
+    assert opt.defaults["foreach"] is True
+    plain = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    x = torch.randn(8, 4)
+    for o, net in ((opt, module.net), (plain, twin)):
+        net(x).square().mean().backward()
+        o.step()
+    for a, b in zip(module.net.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b)

@@ -274,3 +274,106 @@ def test_weight_ema_refuses_tasks_that_step_their_own_optimizers_and_bad_decays(
             check_ema_decay(bad)
     check_ema_decay(None)
     check_ema_decay(0.999)
+
+
+# ---------------------------------------------------------------------------------- console, compile, math once
+class TinyFit:
+    """A LightningModule class with one linear layer and 8 random rows: enough for fit to start and step."""
+
+    @staticmethod
+    def module():  # noqa: ANN205 - a LightningModule
+        import lightning.pytorch as pl
+
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+
+            def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+                return self.net(batch[0]).pow(2).mean()
+
+            def train_dataloader(self):  # noqa: ANN201
+                return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+
+            def configure_optimizers(self):  # noqa: ANN201
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Module()
+
+
+@pytest.mark.parametrize("summary", [True, False])
+def test_the_model_table_has_no_flops_column(tmp_path, summary):
+    """Lightning's table counts FLOPs only for an `example_input_array` (no zoo task has one): 0 on every run. The
+    zoo's table keeps the layers and parameter counts and leaves the FLOPs out."""
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    table_log = logging.getLogger("lightning.pytorch.callbacks.model_summary")
+    table_log.addHandler(handler)
+    cfg = compose(["trainer.accelerator=cpu", "trainer.max_steps=1", "trainer.enable_progress_bar=false",
+                   f"trainer.enable_model_summary={str(summary).lower()}", f"run_dir={tmp_path}"])
+    try:
+        zt.build_trainer(cfg, callbacks=[], loggers=[]).fit(TinyFit.module())
+    finally:
+        table_log.removeHandler(handler)
+    text = "\n".join(lines)
+    if not summary:
+        assert text == ""
+        return
+    assert "Trainable params" in text and "Linear" in text and "| net " in text, text
+    assert "FLOPs" not in text and "Flops" not in text, text
+
+
+def test_the_math_mode_is_computed_once_per_trainer(tmp_path, monkeypatch):
+    calls = []
+    real = zt.math_mode
+    monkeypatch.setattr(zt, "math_mode", lambda tcfg: calls.append(1) or real(tcfg))
+    cfg = compose(["trainer.accelerator=cpu", "trainer.precision=bf16-mixed", f"run_dir={tmp_path}"])
+    trainer = zt.build_trainer(cfg, callbacks=[], loggers=[])
+    assert len(calls) == 1 and trainer.precision == "bf16-mixed"
+
+
+def test_compile_mode_reaches_every_network(monkeypatch, caplog):
+    import logging
+
+    from zoo.core.compile import MarkCudaGraphSteps
+
+    calls = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: calls.append((type(self).__name__, kw)))
+    zt.prepare_module(TinyFit.module(), {"compile": True, "compile_mode": "max-autotune"})
+    zt.prepare_module(TinyFit.module(), {"compile": True, "compile_mode": None})
+    assert calls == [("Linear", {"mode": "max-autotune"}), ("Linear", {"mode": "default"})]
+    calls.clear()
+    with caplog.at_level(logging.WARNING):
+        zt.prepare_module(TinyFit.module(), {"compile": False, "compile_mode": "reduce-overhead"})
+    assert calls == [] and "add trainer.compile=true" in caplog.text  # said, not silently eager
+    graphs = zt.zoo_callbacks(compose(["trainer.compile=true", "trainer.compile_mode=reduce-overhead"]).trainer,
+                              {}, [])
+    assert any(isinstance(c, MarkCudaGraphSteps) for c in graphs)
+    assert not any(isinstance(c, MarkCudaGraphSteps) for c in zt.zoo_callbacks(compose().trainer, {}, []))
+
+
+def test_cuda_graph_steps_are_marked_on_cuda_only(monkeypatch):
+    from types import SimpleNamespace
+
+    from zoo.core.compile import MarkCudaGraphSteps
+
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    for device, expected in (("cpu", 0), ("cuda", 1)):
+        marks.clear()
+        trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
+        MarkCudaGraphSteps().on_train_batch_start(trainer, None, None, 0)
+        assert len(marks) == expected
+
+
+@pytest.mark.parametrize("override", ["trainer.compile_mode=fast", "trainer.compile_mode=default,fast"])
+def test_a_bad_compile_mode_is_one_line_up_front(override):
+    from zoo.core.config import check_overrides
+
+    with pytest.raises(ZooError) as e:
+        check_overrides(["trainer.compile=true", override])
+    assert str(e.value).startswith("trainer.compile_mode=fast is not a torch.compile mode; use one of default, "
+                                   "reduce-overhead")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +113,37 @@ def _load_error(what: str, source: Source, e: Exception) -> ZooError:
                     "config.json, model weights and tokenizer files from save_pretrained")
 
 
+# transformers' own account of a load: the "LOAD REPORT" table (5.x) or "Some weights of ... were not initialized /
+# were not used" (4.x). The zoo reports the same tensors itself, in one line (nlp/pretrained.py, zoo.kit.pretrained).
+_LOAD_REPORTS = ("LOAD REPORT", "Some weights of")
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(s in str(record.msg) for s in _LOAD_REPORTS)
+
+
+@contextmanager
+def quiet_load(local: bool = True) -> Iterator[None]:
+    """transformers without its duplicate load report (other warnings still show) and, for `local` files, without its
+    progress bars ("Loading weights" over tensors already on disk, "Writing model shards"); a hub download keeps its
+    bars."""
+    from transformers.utils import logging as hf_logging
+
+    logger = logging.getLogger("transformers.modeling_utils")
+    drop = _DropLoadReport()
+    logger.addFilter(drop)
+    bars = local and hf_logging.is_progress_bar_enabled()
+    if bars:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def load_tokenizer(name: str):
     """The fast tokenizer that belongs to encoder `name` (a PreTrainedTokenizerBase)."""
     from transformers import AutoTokenizer
@@ -160,10 +193,11 @@ def load_classifier(name: str, config, pretrained: bool = True, with_info: bool 
         return (model, {}, "random init") if with_info else model
     source = resolve(name)
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True,
-            output_loading_info=True,
-        )
+        with quiet_load(source.local_only):
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True,
+                output_loading_info=True,
+            )
     except (OSError, ValueError) as e:
         raise _load_error("weights", source, e) from None
     return (model, info, f"{name} ({source.kind})") if with_info else model

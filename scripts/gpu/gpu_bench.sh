@@ -61,7 +61,7 @@ if [ "$MODE" != --dry ]; then
   DEFAULT_STEPS=(bench.steps=15 bench.warmup=5 bench.timeout=150)
   PROBE=(--steps 10 --warmup 5)
   TRAIN=()
-  CUDAGRAPHS=(task.module.compile_mode=reduce-overhead)
+  CUDAGRAPHS=("bench.compile=[true]" trainer.compile_mode=reduce-overhead)
 else  # --dry: tiny shapes, 2 steps, on the CPU; nothing compiled (minutes of C++ builds on a CPU)
   IMG=(task.data.image_size=32 task.data.batch_size=4 task.module.arch=resnet10t)
   TXT=(task.data.max_length=16 task.data.batch_size=4)

@@ -1,4 +1,4 @@
-"""gan/speed.py and the loaders: fused/foreach optimisers, the foreach EMA, compile_mode plumbing, GPU loaders.
+"""gan/speed.py and the loaders: fused/foreach optimisers, the foreach EMA, trainer.compile for G and D, GPU loaders.
 
 No GPU here: the CUDA choices are checked through the functions that make them and stand-in trainers.
 """
@@ -14,7 +14,7 @@ from torch import nn
 
 from gan.data import GANDataModule, resolve_workers
 from gan.module import DCGAN
-from gan.speed import build_optimizer, ema_update_, optimizer_kwargs
+from gan.speed import ema_update_
 from zoo.errors import ZooError
 from zoo.testing import compose
 
@@ -25,33 +25,6 @@ def tiny(**kw) -> DCGAN:
     args = dict(arch="dcgan_small", nz=8, width=8, num_classes=10, class_names=[str(i) for i in range(10)],
                 eval_train_steps=3, optimizer=functools.partial(torch.optim.Adam, lr=2e-4, betas=(0.5, 0.999)))
     return DCGAN(**{**args, **kw})
-
-
-def test_fused_on_cuda_foreach_elsewhere_and_the_config_wins():
-    adam = functools.partial(torch.optim.Adam, lr=1e-3)
-    assert optimizer_kwargs(adam, CUDA) == {"fused": True}
-    assert optimizer_kwargs(adam, CPU) == {"foreach": True}
-    assert optimizer_kwargs(functools.partial(torch.optim.Adam, fused=False), CUDA) == {}  # the user's choice
-    assert optimizer_kwargs(functools.partial(torch.optim.AdamW, foreach=False), CPU) == {}
-
-    def plain(params, lr=1e-3):  # noqa: ANN001, ANN202 - an optimiser factory without the keywords
-        return torch.optim.SGD(params, lr=lr)
-
-    assert optimizer_kwargs(plain, CUDA) == {}
-
-
-def test_an_optimiser_that_refuses_the_keyword_is_built_as_configured():
-    params = [nn.Parameter(torch.zeros(2))]
-
-    def cpu_fused_only(params, lr=0.1, fused=None):  # noqa: ANN001, ANN202 - as torch's Adagrad on CUDA tensors
-        if fused:
-            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
-                               "devices: ['cpu']")
-        return torch.optim.Adagrad(params, lr=lr)
-
-    assert not build_optimizer(cpu_fused_only, params, CUDA).defaults.get("fused")
-    with pytest.raises(ValueError, match="Invalid learning rate"):  # other errors are not swallowed
-        build_optimizer(functools.partial(torch.optim.Adam, lr=-1.0), params, CPU)
 
 
 def test_module_builds_foreach_optimisers_on_cpu():
@@ -83,32 +56,40 @@ def test_ema_count_is_read_from_the_buffer_after_a_load():
     assert int(m.ema_updates) == 8
 
 
-def test_compile_mode_plumbing(monkeypatch):
-    cfg = compose(["task=gan/dcgan", "task.module.compile_mode=reduce-overhead"])
-    assert cfg.task.module.compile_mode == "reduce-overhead"
+def test_trainer_compile_compiles_g_and_d_with_the_mode(monkeypatch):
+    """trainer.compile reaches the GAN's own choice of networks (G and D, not the EMA copy) with compile_mode."""
+    from zoo.core.trainer import prepare_module
+
     calls = []
     monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: calls.append((type(self).__name__, kw)))
-    m = tiny(compile_mode="reduce-overhead")
-    m.judge = object()  # setup() builds the evaluator only when missing
-    m._trainer = SimpleNamespace(datamodule=None)
-    m.setup("fit")
-    m.setup("fit")  # once per module
+    prepare_module(tiny(), {"compile": True, "compile_mode": "reduce-overhead"})
     assert calls == [("Generator", {"mode": "reduce-overhead"}), ("Discriminator", {"mode": "reduce-overhead"})]
-    assert m._compiled == ["generator", "discriminator"]
     calls.clear()
-    eager = tiny()
-    eager.judge, eager._trainer = object(), SimpleNamespace(datamodule=None)
-    eager.setup("fit")
-    assert calls == [] and tiny().hparams.compile_mode is None  # the default stays eager
+    prepare_module(tiny(), {"compile": False})
+    assert calls == []  # the default stays eager
 
 
-@pytest.mark.parametrize("kw, msg", [
-    (dict(compile_mode="fast"), "compile_mode='fast'"),
-    (dict(compile_mode="default", loss="wgan_gp"), "no double backward"),
-])
-def test_bad_compile_mode(kw, msg):
-    with pytest.raises(ZooError, match=msg):
-        tiny(**kw)
+def test_compile_with_the_gradient_penalty_is_refused(monkeypatch):
+    from zoo.core.trainer import prepare_module
+
+    monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: None)
+    with pytest.raises(ZooError, match="no double backward"):
+        prepare_module(tiny(loss="wgan_gp"), {"compile": True})
+
+
+def test_the_old_compile_key_names_the_new_one():
+    from zoo.core.config import check_overrides
+
+    with pytest.raises(ZooError) as e:
+        check_overrides(["task=gan/dcgan", "task.module.compile_mode=reduce-overhead"])
+    assert str(e.value) == ("task.module.compile_mode has moved: use trainer.compile=true "
+                            "trainer.compile_mode=reduce-overhead (torch.compile for every task)")
+
+
+def test_hparams_saved_with_the_old_key_still_build_the_module():
+    """Checkpoints written before the move hold compile_mode in their hparams; the module takes and drops it."""
+    m = tiny(compile_mode="default")
+    assert "compile_mode" not in m.hparams
 
 
 def test_gpu_preset_is_gpu_sized():

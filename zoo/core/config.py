@@ -217,12 +217,19 @@ def explain(e: BaseException, overrides: list[str]) -> str:
     m = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' is not in struct", text)
     if m:
         key = m.group(1)
+        if key in MOVED:
+            value = next((o.partition("=")[2] for o in overrides if o.lstrip("+~").startswith(key + "=")), "...")
+            return f"{key} has moved: use {MOVED[key].format(value=value)}"
         return (f"unknown config key '{key}': check its spelling in `python -m zoo train --cfg job`"
                 f"{_did_you_mean(key, overrides)}; use +{key}=... only to add a new key on purpose")
     m = re.search(r"Could not append to config. An item is already at '([^']+)'", text)
     if m:
         return f"'{m.group(1)}' already exists: set it with {m.group(1)}=... (no +)"
     return f"bad config or override ({_first_line(e)}); see `python -m zoo train --help`"
+
+
+# Keys that moved elsewhere: the old spelling gets one line naming the new one instead of "unknown config key".
+MOVED = {"task.module.compile_mode": "trainer.compile=true trainer.compile_mode={value} (torch.compile for every task)"}
 
 
 def _did_you_mean(key: str, overrides: list[str]) -> str:

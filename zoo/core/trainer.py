@@ -14,8 +14,8 @@ from zoo.measure.mathmode import MathMode
 log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
-ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "benchmark", "precision", "num_threads",
-            "find_unused_parameters", "collective_timeout", "ema_decay")
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "compile_mode", "benchmark", "precision",
+            "num_threads", "find_unused_parameters", "collective_timeout", "ema_decay")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -53,10 +53,16 @@ def _gpu_name() -> str:
         return "this GPU"
 
 
+def plain_trainer(tcfg: DictConfig | dict) -> dict[str, Any]:
+    """The trainer config as a plain dict with string keys, interpolations resolved."""
+    t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else tcfg
+    return {str(k): v for k, v in dict(t).items()}
+
+
 def math_mode(tcfg: DictConfig | dict) -> MathMode:
     """The run's math as one value, from `trainer.precision` and `trainer.float32_matmul_precision`: what the process
     switches are set to, what `zoo bench` records, what MFU's peak is for."""
-    t = tcfg if isinstance(tcfg, dict) else OmegaConf.to_container(tcfg, resolve=True)
+    t = plain_trainer(tcfg)
     accelerator = str(t.get("accelerator", "auto"))
     return MathMode.of(resolve_precision(t.get("precision", "auto"), accelerator), t.get("float32_matmul_precision"))
 
@@ -68,12 +74,13 @@ def resolve_benchmark(benchmark: Any, accelerator: str, deterministic: bool) -> 
     return bool(benchmark)
 
 
-def trainer_kwargs(tcfg: DictConfig | dict) -> dict:
-    """Plain kwargs for lightning.Trainer from the trainer config (zoo-only keys resolved or removed)."""
-    t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else dict(tcfg)
+def trainer_kwargs(tcfg: DictConfig | dict, mode: MathMode | None = None) -> dict[str, Any]:
+    """Plain kwargs for lightning.Trainer from the trainer config (zoo-only keys resolved or removed); `mode`: the
+    run's math mode where the caller has it already."""
+    t = plain_trainer(tcfg)
     accelerator = str(t.get("accelerator", "auto"))
     kwargs = {k: v for k, v in t.items() if k not in ZOO_KEYS}
-    kwargs["precision"] = math_mode(t).precision
+    kwargs["precision"] = (mode or math_mode(t)).precision
     kwargs["benchmark"] = resolve_benchmark(t.get("benchmark"), accelerator, bool(t.get("deterministic")))
     strategy = kwargs.get("strategy")
     if t.get("find_unused_parameters") or t.get("collective_timeout"):
@@ -156,10 +163,12 @@ NOISE_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.util
 
 
 class DropTips(logging.Filter):
-    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run, and the weight average's "Found
-    current_model_state" line, twice on every resume with `trainer.ema_decay` (the zoo's resume line says it)."""
+    """Lightning's advertising line ("💡 Tip: ... litlogger") on every run, the weight average's "Found
+    current_model_state" line, twice on every resume with `trainer.ema_decay` (the zoo's resume line says it), and
+    "Skipping setting a default `ModelSummary`" on every fit (the zoo's own table, zoo.core.summary, is that one)."""
 
-    LINES = ("\N{ELECTRIC LIGHT BULB} Tip", "Found current_model_state in the checkpoint")
+    LINES = ("\N{ELECTRIC LIGHT BULB} Tip", "Found current_model_state in the checkpoint",
+             "Trainer already configured with model summary callbacks")
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self.LINES)
@@ -181,7 +190,9 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
     from zoo.core.checkpoint import AtomicCheckpointIO
 
     quiet_framework_noise()
-    kwargs = trainer_kwargs(cfg.trainer)
+    mode = math_mode(cfg.trainer)  # once: Lightning's precision and the log line below both come from it
+    kwargs = trainer_kwargs(cfg.trainer, mode)
+    callbacks = [*callbacks, *zoo_callbacks(cfg.trainer, kwargs, callbacks)]
     if kwargs.get("enable_progress_bar") is False:
         from lightning.pytorch.callbacks import ProgressBar
 
@@ -191,10 +202,6 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
         from lightning.pytorch.callbacks import LearningRateMonitor
 
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
-    if cfg.trainer.get("ema_decay"):
-        from zoo.core.callbacks import WeightEMA
-
-        callbacks = [*callbacks, WeightEMA(cfg.trainer.ema_decay)]
     trainer = pl.Trainer(
         **kwargs,
         callbacks=callbacks,
@@ -204,35 +211,40 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
     )
     log.info("trainer: accelerator=%s devices=%s strategy=%s precision=%s fp32 math=%s",
              type(trainer.accelerator).__name__, trainer.num_devices, type(trainer.strategy).__name__,
-             kwargs["precision"], math_mode(cfg.trainer).fp32)
+             mode.precision, mode.fp32)
     return trainer
+
+
+def zoo_callbacks(tcfg: DictConfig, kwargs: dict[str, Any], callbacks: list) -> list:
+    """The callbacks the zoo's own trainer switches add: the weight average, the CUDA-graph step marks of
+    `compile_mode=reduce-overhead`, and the model table without Lightning's always-zero FLOPs column."""
+    from lightning.pytorch.callbacks import ModelSummary
+
+    from zoo.core.compile import MarkCudaGraphSteps
+
+    extra: list = []
+    if tcfg.get("ema_decay"):
+        from zoo.core.callbacks import WeightEMA
+
+        extra.append(WeightEMA(tcfg.ema_decay))
+    if tcfg.get("compile") and tcfg.get("compile_mode") == "reduce-overhead":
+        extra.append(MarkCudaGraphSteps())
+    if kwargs.get("enable_model_summary", True) is not False and not any(isinstance(c, ModelSummary)
+                                                                        for c in callbacks):
+        from zoo.core.summary import ZooModelSummary
+
+        extra.append(ZooModelSummary())
+    return extra
 
 
 def prepare_module(module: Any, tcfg: DictConfig) -> Any:
     """channels_last and torch.compile switches, applied to the module before fit."""
+    from zoo.core.compile import compile_mode, compile_networks
+
     if tcfg.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)
         module.input_memory_format = torch.channels_last  # a module that reads it converts its input batches too
-    if tcfg.get("compile"):
-        compile_networks(module)
+    mode = compile_mode(tcfg)
+    if mode is not None:
+        compile_networks(module, mode)
     return module
-
-
-def compile_networks(module: torch.nn.Module) -> list[str]:
-    """Compile, in place, each network the module holds (its direct children with parameters and a forward).
-
-    Not `torch.compile(lightning_module)`: Lightning then compiles training_step/validation_step too, where
-    `self.log` and torchmetrics' Python counters recompile the graph on every step until dynamo's cache limit. In place
-    (`nn.Module.compile`), state-dict keys stay as they are (no `_orig_mod.`), so checkpoints load either way; the
-    manual-optimisation tasks (GAN, PPO), which call their networks directly, get them compiled as well.
-    """
-    from torchmetrics import Metric
-
-    compiled = []
-    for name, child in module.named_children():
-        skip = isinstance(child, (Metric, torch.nn.ModuleDict, torch.nn.ModuleList))
-        if not skip and any(True for _ in child.parameters()):
-            child.compile()
-            compiled.append(name)
-    log.info("torch.compile: %s", ", ".join(compiled) or "nothing (no networks with parameters)")
-    return compiled

@@ -1,7 +1,10 @@
-"""Optimiser helpers shared by every domain: weight-decay groups, warm-up schedules, configure_optimizers."""
+"""Optimiser helpers shared by every domain: weight-decay groups, warm-up schedules, fast optimiser steps,
+configure_optimizers."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import re
 from collections.abc import Callable, Collection, Iterable
@@ -117,6 +120,63 @@ def warmup_schedule(
     return LambdaLR(optimizer, [for_group(g) for g in optimizer.param_groups])
 
 
+def _accepts(factory: Callable, name: str) -> bool:
+    """Whether the optimiser the factory builds takes the keyword `name` (torch's Adam, AdamW, SGD do)."""
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # builtins and C callables without a signature: ask for nothing
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def step_kwargs(factory: Callable, device: torch.device, amp_clipping: bool = False) -> dict[str, Any]:
+    """Keywords that make an optimiser's step a few kernels: `fused=True` on CUDA, `foreach=True` elsewhere.
+
+    A small model's step on a GPU is mostly kernel launches, one per parameter and operation without these. The
+    config's own `fused`/`foreach` wins, and an optimiser without the keyword gets nothing; on CPU, foreach groups the
+    per-parameter arithmetic into a few ops. A fused optimiser unscales its gradients inside its step, so Lightning
+    refuses to clip them under mixed precision (`amp_clipping`): then foreach, and a configured `fused=True` is off.
+    """
+    given = factory.keywords if isinstance(factory, functools.partial) else {}
+    if given.get("fused") and amp_clipping:
+        return {"fused": False}
+    if given.get("fused") is not None or given.get("foreach") is not None:
+        return {}
+    key = "fused" if device.type == "cuda" and not amp_clipping else "foreach"
+    return {key: True} if _accepts(factory, key) else {}
+
+
+def build_optimizer(factory: Callable, params: Iterable, device: torch.device,
+                    amp_clipping: bool = False) -> torch.optim.Optimizer:
+    """factory(params) with `step_kwargs`; an optimiser that refuses them on this device (torch's Adagrad has a fused
+    kernel for CPU only, say) is built as configured instead."""
+    params = list(params)
+    fast = step_kwargs(factory, device, amp_clipping)
+    if fast:
+        try:
+            return factory(params, **fast)
+        except (RuntimeError, ValueError) as e:
+            if not any(k in str(e) for k in fast):
+                raise
+    return factory(params)
+
+
+def device_of(params: list) -> torch.device:
+    """Where the optimiser steps: the device of the first parameter (in a group or bare); CPU when there is none.
+    Lightning moves the module to its device before configure_optimizers, so this is the training device."""
+    for p in params:
+        first = next(iter(p["params"]), None) if isinstance(p, dict) else p
+        if isinstance(first, torch.Tensor):
+            return first.device
+    return torch.device("cpu")
+
+
+def clips_under_amp(trainer: Any) -> bool:
+    """Whether Lightning clips gradients under mixed precision in this trainer (then fused optimisers are refused)."""
+    return bool(getattr(trainer, "gradient_clip_val", None)) and "mixed" in str(getattr(trainer, "precision", ""))
+
+
 def require_optimizer(module: Any) -> None:
     """Every task's configure_optimizers starts here: one error type for a module built without an optimizer."""
     if getattr(module, "optimizer_factory", None) is None:
@@ -124,9 +184,12 @@ def require_optimizer(module: Any) -> None:
 
 
 def configure(module: Any, params: Iterable | list[dict]) -> dict | torch.optim.Optimizer:
-    """configure_optimizers body: the task's optimizer partial, plus its scheduler partial stepped per batch."""
+    """configure_optimizers body: the task's optimizer partial (built by `build_optimizer` for the module's device),
+    plus its scheduler partial stepped per batch."""
     require_optimizer(module)
-    optimizer = module.optimizer_factory(list(params))
+    params = list(params)
+    trainer = getattr(module, "_trainer", None)
+    optimizer = build_optimizer(module.optimizer_factory, params, device_of(params), clips_under_amp(trainer))
     if module.scheduler_factory is None:
         for g in optimizer.param_groups:  # LambdaLR multiplies lr_scale in; without a schedule, do it once here
             g["lr"] = g["lr"] * g.get("lr_scale", 1.0)
