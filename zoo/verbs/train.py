@@ -32,20 +32,16 @@ from zoo.errors import ZooError, fail
 
 
 def main(rest: list[str]) -> None:
-    from zoo.core.ddp import CHILD_CONFIG_ENV
-
     if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
         return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
 
-    from hydra._internal.utils import _run_hydra, get_args_parser
-
+    from zoo.core import hydra_run
     from zoo.core.config import CONFIG_DIR, check_output_dir, check_overrides, register_resolvers
     from zoo.core.naming import run_id
 
     register_resolvers()
-    parser = get_args_parser()
-    args = parser.parse_args(rest)
-    if not (args.help or args.hydra_help or args.info or args.shell_completion):
+    args, parser = hydra_run.parse_args(rest)
+    if not hydra_run.only_prints(args):
         args.overrides = resolve_resume(args.overrides)
         composed = check_overrides(args.overrides)
         warn_elastic_store()
@@ -53,8 +49,7 @@ def main(rest: list[str]) -> None:
         if not args.cfg:  # --cfg only prints
             check_output_dir(composed, args.multirun)
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
-    _run_hydra(args=args, args_parser=parser, task_function=TrainJob(), config_path=str(CONFIG_DIR),
-               config_name="train")
+    hydra_run.run(args, parser, TrainJob(), CONFIG_DIR, "train")
 
 
 def warn_elastic_store() -> None:
