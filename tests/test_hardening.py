@@ -21,6 +21,17 @@ from zoo.testing import TINY, run_dirs, zoo_env
 VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_reaches_children():
+    """A shell starts a background job (`pytest ... &`) with SIGINT ignored, which every child inherits: a Ctrl-C
+    sent to a `zoo` child would then do nothing. Children of a process with a handler start with the default."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _one_line_error(proc) -> str:
     assert proc.returncode == 2, proc.stdout[-3000:]
     errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]

@@ -54,10 +54,18 @@ VERBS = {
 
 
 def main(argv: list[str] | None = None) -> None:
+    from zoo.core import stops
+
+    stops.install()  # first: a SIGTERM while the verb imports torch is a stop too
     try:
         _main(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:  # `python -m zoo list | head`
         sys.stderr.close()
+    except BaseException as e:  # noqa: BLE001 - a stop at any moment (imports, evaluation, export): one line
+        how = stops.stopped_by(e)
+        if how is None:
+            raise
+        stops.exit_stopped(how)
 
 
 def _main(argv: list[str]) -> None:

@@ -33,9 +33,11 @@ class InterruptCheckpoint(Callback):
             trainer.save_checkpoint(self.path, weights_only=False)  # every rank calls it: it holds a barrier
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        from lightning.pytorch.trainer.states import TrainerFn
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+        # a stopped evaluation (`zoo test`, the test after fit) has no training state to keep: last.ckpt stays
+        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)) and trainer.state.fn == TrainerFn.FITTING:
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: optimizer, loops, RNG
 
 
@@ -55,8 +57,7 @@ class WeightEMA(EMAWeightAveraging):
         if stage == "fit" and not pl_module.automatic_optimization:
             from zoo.errors import ZooError
 
-            raise ZooError(f"trainer.ema_decay: {type(pl_module).__name__} steps its own optimisers, which the weight "
-                           "average does not follow; leave trainer.ema_decay=null (the GAN has task.module.ema_decay)")
+            raise ZooError(ema_refusal(pl_module))
         super().setup(trainer, pl_module, stage)
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
@@ -66,3 +67,12 @@ class WeightEMA(EMAWeightAveraging):
 
         if trainer.state.fn == TrainerFn.FITTING:
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+def ema_refusal(module: Any) -> str:
+    """Why `trainer.ema_decay` cannot average `module` (it steps its own optimisers), and the task's own average
+    where it has one (the GAN's `task.module.ema_decay`), in its own words."""
+    own = " (this task keeps its own average: task.module.ema_decay)" if "ema_decay" in getattr(module, "hparams", {}) \
+        else ""
+    return (f"trainer.ema_decay: {type(module).__name__} steps its own optimisers, which the weight average does not "
+            f"follow; leave trainer.ema_decay=null{own}")

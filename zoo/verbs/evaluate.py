@@ -11,6 +11,7 @@ from zoo.core.build import build_callbacks_and_loggers, build_checked_data, has_
 from zoo.core.naming import output_root
 from zoo.core.overrides import carried_overrides, override_key, override_value, unquote
 from zoo.core.resume import checkpoint_argument
+from zoo.core.stops import lightning_call, stopped_by
 from zoo.errors import ZooError
 from zoo.kit.hooks import find_hooks
 from zoo.verbs.train import scalars
@@ -86,11 +87,33 @@ def test(cfg: DictConfig, ckpt_path: str) -> dict:
     callbacks, loggers = build_callbacks_and_loggers(cfg, [])
     callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
     trainer = build_trainer(cfg, callbacks, loggers)
-    results = trainer.test(prepare_module(module, cfg.trainer), datamodule=datamodule)
+    try:
+        results = lightning_call(trainer, trainer.test, prepare_module(module, cfg.trainer), datamodule=datamodule)
+    except BaseException as e:
+        if stopped_by(e) and trainer.is_global_zero:  # a stopped test's partial logs are no record of anything
+            remove_stopped_evaluation(Path(cfg.run_dir))
+        raise
     metrics = results[0] if results else {}
     if trainer.is_global_zero:
         print(json.dumps({"checkpoint": str(ckpt_path), **scalars(metrics)}), flush=True)
     return metrics
+
+
+def remove_stopped_evaluation(folder: Path) -> None:
+    """The folder a stopped `zoo test` made for its logs (`<run>/test/<date>`, or `outputs/<task>/test_<date>`),
+    and `<run>/test/` when that leaves it empty; never the run itself."""
+    import logging
+    import shutil
+
+    if not (folder.parent.name == "test" or folder.name.startswith("test_")) or not folder.is_dir():
+        return
+    logging.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.parent.name == "test":
+        try:
+            folder.parent.rmdir()
+        except OSError:
+            pass
 
 
 def predict(cfg: DictConfig, ckpt_path: str) -> None:

@@ -36,12 +36,40 @@ def main(rest: list[str]) -> None:
     print(f"zoo: reproducing {run} ({record['task']}) into {target}", flush=True)
     for line in environment_differences(record.get("env"), notes):
         print(f"  {line}", flush=True)
-    code = subprocess.call([sys.executable, "-m", "zoo", "train", *overrides, f"hydra.run.dir='{target}'"])
+    code = run_train([sys.executable, "-m", "zoo", "train", *overrides, f"hydra.run.dir='{target}'"])
+    if code in (130, 143):  # stopped: the re-run said so, and how to continue it
+        sys.exit(code)
     if code != 0:
         print(f"zoo: reproduce: the re-run stopped with exit code {code}; see {target / 'cli.log'}", file=sys.stderr,
               flush=True)
         sys.exit(code)
     sys.exit(compare(original, read_metrics(target), opts, record["task_monitor"]))
+
+
+def run_train(command: list[str]) -> int:
+    """The re-run's exit code. A stop of this process reaches the re-run as the same signal, and this process waits
+    for it to save its last.ckpt and say how to continue (subprocess.call would SIGKILL it, mid-save)."""
+    import signal
+
+    from zoo.core.stops import stopped_by
+
+    proc = subprocess.Popen(command)
+    try:
+        return proc.wait()
+    except BaseException as e:
+        how = stopped_by(e)
+        if how is None:
+            proc.kill()
+            raise
+        try:  # Ctrl-C in a terminal reached the re-run already (one process group): a second one only if not
+            return proc.wait(timeout=2 if how == "Ctrl-C" else 0.001)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT if how == "Ctrl-C" else signal.SIGTERM)
+        try:
+            return proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise e from None
 
 
 def split_arguments(rest: list[str]) -> tuple[Path, list[str]]:

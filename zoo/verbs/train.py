@@ -28,6 +28,9 @@ from zoo.core.ddp import (
 )
 from zoo.core.naming import output_root
 from zoo.core.resume import check_resume_task, resolve_resume
+from zoo.core.runlock import claim_for
+from zoo.core.stops import Stopped, lightning_call, stopped_by
+from zoo.core.sweeps import continue_trial, finish_hint
 from zoo.errors import ZooError, fail
 
 
@@ -48,6 +51,7 @@ def main(rest: list[str]) -> None:
         run_id()  # the launcher's name for the run, now: a refusal is one line here, a traceback inside Hydra
         if not args.cfg:  # --cfg only prints
             check_output_dir(composed, args.multirun)
+            claim_for(composed, args.multirun, args.overrides)  # one run per folder, before Hydra writes there
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
     hydra_run.run(args, parser, TrainJob(), CONFIG_DIR, "train")
 
@@ -99,7 +103,10 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     resume = None
+    sweep = str(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN and not in_search else None
     try:
+        if sweep and (finished := continue_trial(cfg, overrides)) is not None:
+            return finished  # a continued sweep: this trial finished the first time
         resume = check_resume_task(cfg)
         return train(cfg, overrides, resume)
     except ZooError as e:
@@ -108,17 +115,19 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
         if in_search:
             raise
         fail(e)
-    except (SIGTERMException, KeyboardInterrupt) as e:  # a stop asked for, not an error: 143 / 130 as shells say
+    except (SIGTERMException, KeyboardInterrupt, Stopped) as e:  # a stop asked for, not an error: 143 / 130
         if resume is None:
             remove_failed_run(Path(cfg.run_dir), cfg.task.name)
-        stopped(cfg, "SIGTERM" if isinstance(e, SIGTERMException) else "Ctrl-C", in_search)
+        stopped(cfg, stopped_by(e) or "SIGTERM", in_search, sweep)
 
 
-def stopped(cfg: DictConfig, how: str, in_search: bool) -> None:
-    """SIGTERM or Ctrl-C ended the run: what was kept and how to go on, one line; exit 143 / 130."""
+def stopped(cfg: DictConfig, how: str, in_search: bool, sweep: str | None = None) -> None:
+    """SIGTERM or Ctrl-C ended the run: what was kept and how to go on (for a sweep: how to finish all of it), one
+    line; exit 143 / 130."""
     from zoo.core.rank_watch import resume_hint
 
-    hint = "the search continues with the same command" if in_search else resume_hint(str(cfg.run_dir))
+    hint = "the search continues with the same command" if in_search else finish_hint(sweep) if sweep else \
+        resume_hint(str(cfg.run_dir))
     print(f"zoo: stopped by {how}; {hint}", file=sys.stderr, flush=True)
     sys.exit(143 if how == "SIGTERM" else 130)
 
@@ -215,7 +224,8 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     metrics = {k: v for k, v in scalars(trainer.callback_metrics).items() if k.startswith("val/")}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.test_after_fit and has_test_data(datamodule, module):
-        results = trainer.test(fit_module, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+        results = lightning_call(trainer, trainer.test, fit_module, datamodule=datamodule, ckpt_path=best or None,
+                                 weights_only=True)  # a Ctrl-C here is a stop (130) too, not Lightning's exit 1
         metrics.update(results[0] if results else {})
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)

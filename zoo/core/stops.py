@@ -1,0 +1,70 @@
+"""Stops asked for (SIGTERM, Ctrl-C) in every verb and at every moment, imports included: one line, exit 143 / 130.
+
+Python turns Ctrl-C into KeyboardInterrupt where the program is; SIGTERM, by default, ends the process on the spot,
+so `finally` blocks never run and temp files (an export's staging folder, a half-written file) stay. `install()`
+makes SIGTERM raise `Stopped` the same way, so both unwind through the code's own clean-up. During a Lightning run
+Lightning's own handler is in place (it calls this one after its own): it stops the loop at the next batch boundary
+and the checkpoint on stop is saved, so this one then does nothing. Imports nothing heavy: the CLI installs it first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any, NoReturn
+
+EXIT_CODES = {"SIGTERM": 143, "Ctrl-C": 130}  # 128 + the signal's number, as shells report a signalled process
+
+
+class Stopped(BaseException):
+    """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt); not an Exception, so that
+    `except Exception` handlers do not swallow it."""
+
+
+_OWNER: int | None = None
+
+
+def install() -> None:
+    global _OWNER
+    _OWNER = os.getpid()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _OWNER:  # a forked worker (DataLoader): end as SIGTERM would have ended it
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        return  # Lightning's handler runs and called this one: it ends its loop itself, after saving
+    raise Stopped
+
+
+def stopped_by(exc: BaseException) -> str | None:
+    """"SIGTERM" or "Ctrl-C" when `exc` is a stop (ours, Lightning's, Python's), else None."""
+    if isinstance(exc, Stopped):
+        return "SIGTERM"
+    if isinstance(exc, KeyboardInterrupt):
+        return "Ctrl-C"
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    if exceptions is not None and isinstance(exc, exceptions.SIGTERMException):
+        return "SIGTERM"
+    return None
+
+
+def exit_stopped(how: str, hint: str = "") -> NoReturn:
+    print(f"zoo: stopped by {how}" + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)
+    sys.exit(EXIT_CODES[how])
+
+
+def lightning_call(trainer: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`trainer.fit/test/...(...)`, with Lightning's end of a Ctrl-C (its 'attempting graceful shutdown' and
+    sys.exit(1)) raised as the KeyboardInterrupt it was."""
+    try:
+        return fn(*args, **kwargs)
+    except SystemExit as e:
+        if stopped_by(e) is None and e.code == 1 and trainer.interrupted:
+            raise KeyboardInterrupt from None
+        raise
