@@ -2,7 +2,9 @@
 
 FastAPI + uvicorn with a small batcher of our own, not LitServe: LitServe 0.2.19 answered SIGTERM with exit code 143
 and left its two inference worker processes running (measured here); a stop must drain and exit 0.
-uvicorn's graceful shutdown finishes the in-flight requests; the batcher keeps running until they are answered.
+A stop (SIGTERM, Ctrl-C) drains: connections waiting in the listen backlog are accepted first, every request that
+arrived before the stop is answered, or answered with a JSON 503 when it is not finished within `serve.drain_s`
+(a slow client's half-sent body cannot hold the stop longer), and the last line counts them (`Drain`).
 
 The verb knows no domain: the task's deploy module provides `Handler(meta, folder, module)` with `content_types`,
 `pad` (padding value per input for variable-length axes), `decode(body, content_type) -> {input: array (k, ...)}`
@@ -17,6 +19,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from zoo.verbs.export import deploy_config
 log = logging.getLogger("zoo")
 
 OPTIONS = {"port": 8000, "backend": None, "max_batch_size": 32, "batch_timeout_ms": 5.0, "max_body_mb": 10.0,
-           "threads": None, "workers": 1}
+           "threads": None, "workers": 1, "drain_s": 10.0, "max_pixels": 50_000_000}
 HOST = "127.0.0.1"  # loopback only: put a real proxy in front to expose it
 
 
@@ -63,11 +66,15 @@ def check_options(opts: dict) -> dict:
         out["port"], out["max_batch_size"], out["workers"] = int(out["port"]), int(out["max_batch_size"]), \
             int(out["workers"])
         out["batch_timeout_ms"], out["max_body_mb"] = float(out["batch_timeout_ms"]), float(out["max_body_mb"])
+        out["drain_s"], out["max_pixels"] = float(out["drain_s"]), int(out["max_pixels"])
         out["threads"] = int(out["threads"]) if out["threads"] not in (None, "null") else None
     except ValueError as e:
         raise ZooError(f"a serve option is not a number ({e}); e.g. serve.port=8000 serve.max_batch_size=32") from None
     if not 0 < out["port"] < 65536 or out["max_batch_size"] < 1:
         raise ZooError("serve.port must be 1..65535 and serve.max_batch_size >= 1")
+    if out["drain_s"] < 0 or out["max_pixels"] < 1:
+        raise ZooError("serve.drain_s must be >= 0 (seconds a stop waits for requests in flight) and serve.max_pixels "
+                       ">= 1 (the largest image accepted, in pixels)")
     if out["workers"] != 1:
         raise ZooError("serve.workers=1 only for now (one process batches all requests); for more, start one server "
                        "per port behind a proxy")
@@ -197,8 +204,10 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
     async def lifespan(app: Any):  # noqa: ANN202
         batcher = Batcher(infer, handler.pad, opts["max_batch_size"], opts["batch_timeout_ms"] / 1000)
         state["batcher"], task = batcher, asyncio.create_task(batcher.run())
+        state["decoder"] = ThreadPoolExecutor(1, thread_name_prefix="zoo-decode")
         yield
         task.cancel()
+        state["decoder"].shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -235,9 +244,15 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
             if not any(ctype.startswith(t) for t in handler.content_types):
                 accepted = " or ".join(t + ("*" if t.endswith("/") else "") for t in handler.content_types)
                 raise BadRequest(415, f"content type '{ctype or 'none'}' is not accepted; send {accepted}")
-            inputs = handler.decode(body, ctype)
+            # decoded beside the event loop (which must keep accepting and reading, a stop's drain too); one
+            # thread, as before, for handlers whose decoders are not thread-safe (fast tokenizers)
+            inputs = await asyncio.get_running_loop().run_in_executor(state["decoder"], handler.decode, body, ctype)
         except BadRequest as e:
             return error(e.status, str(e))
+        except Exception as e:  # noqa: BLE001 - Pillow's refusal of an image over its pixel limit, named by type
+            if "DecompressionBomb" not in type(e).__name__:
+                raise
+            return error(413, too_many_pixels(e, opts["max_pixels"]))
         try:
             outputs = await state["batcher"].submit(inputs)
             result = handler.encode(outputs, inputs)
@@ -274,6 +289,28 @@ async def _first_file(request: Any) -> tuple[bytes, str]:
     raise BadRequest(400, "the multipart form holds no file; upload one, e.g. curl -F file=@image.png")
 
 
+def too_many_pixels(e: Exception, limit: int) -> str:
+    import re
+
+    found = re.search(r"\((\d+) pixels\)", str(e))
+    size = f"{int(found.group(1)):,} pixels" if found else "too many pixels"
+    return (f"the image has {size}, over the limit serve.max_pixels={limit:,}; send a smaller image (or start the "
+            "server with a larger serve.max_pixels)")
+
+
+def limit_pixels(limit: int) -> None:
+    """Pillow refuses images over `limit` pixels when it opens them, before decoding a byte of a decompression bomb
+    (by default it only warns up to twice its own limit)."""
+    import warnings
+
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    Image.MAX_IMAGE_PIXELS = limit
+    warnings.simplefilter("error", Image.DecompressionBombWarning)
+
+
 def check_port(port: int) -> None:
     """Fail in one line before loading the model when the port is taken (uvicorn would log and exit 3)."""
     import socket
@@ -298,21 +335,18 @@ def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path
     else:
         meta, handler, infer = from_checkpoint(cfg, str(ckpt_path), opts["backend"], opts["threads"])
 
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # the socket is bound: now say so
-                print(f"zoo: serving {meta['task']} ({meta['backend']}) on http://{HOST}:{opts['port']} "
-                      "(POST /predict, GET /health, GET /metadata); stop with Ctrl-C or SIGTERM", flush=True)
+    from zoo.verbs.drain import Drain, server_class, summary
 
-        def handle_exit(self, sig: int, frame: Any) -> None:  # drain and return (uvicorn would re-raise: exit 143)
-            self.should_exit = True
-
-    config = uvicorn.Config(make_app(meta, handler, infer, opts), host=HOST, port=opts["port"], log_level="warning",
-                            timeout_graceful_shutdown=30, access_log=False)
-    server = Server(config)
+    limit_pixels(opts["max_pixels"])
+    drain = Drain(make_app(meta, handler, infer, opts), opts["drain_s"])
+    ready = (f"zoo: serving {meta['task']} ({meta['backend']}) on http://{HOST}:{opts['port']} (POST /predict, "
+             "GET /health, GET /metadata); stop with Ctrl-C or SIGTERM")
+    # uvicorn's own limit only backs the drain's up: by then every request was answered or given its 503
+    config = uvicorn.Config(drain, host=HOST, port=opts["port"], log_level="warning",
+                            timeout_graceful_shutdown=int(opts["drain_s"]) + 5, access_log=False)
+    server = server_class(uvicorn, drain, ready)(config)
     server.run()
-    print("zoo: server stopped (in-flight requests answered)", file=sys.stderr, flush=True)
+    print(summary(drain, server.how), file=sys.stderr, flush=True)
 
 
 def main(rest: list[str]) -> None:
