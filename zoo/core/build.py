@@ -18,6 +18,10 @@ def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = instantiate(cfg.task.data) if cfg.task.get("data") is not None else None
     extra = datamodule.model_kwargs() if hasattr(datamodule, "model_kwargs") else {}
     module = instantiate(cfg.task.module, _convert_="all", **extra)
+    if cfg.get("trainer") is not None and cfg.trainer.get("ema_decay") and not module.automatic_optimization:
+        from zoo.core.callbacks import ema_refusal
+
+        raise ZooError(ema_refusal(module))  # before the trainer is built (and prints its device lines)
     return datamodule, module
 
 

@@ -36,8 +36,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             Path(tmp).unlink(missing_ok=True)
+            if disk_full(e):
+                raise ZooError(disk_full_message(path, checkpoint)) from None
             raise
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -47,6 +49,45 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return load_checkpoint(path, map_location=map_location or "cpu")
+
+
+def disk_full(e: BaseException) -> bool:
+    """ENOSPC (or a quota), also where torch's zip writer turned it into its own RuntimeError ('enforce fail')."""
+    import errno
+
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(seen, RuntimeError) and "No space left on device" in str(seen):
+            return True
+        seen = seen.__context__ or seen.__cause__
+    return False
+
+
+def disk_full_message(path: Path, checkpoint: dict) -> str:
+    """One line: which file, the space it needs and the space there is, what is kept, how to go on."""
+    import shutil
+
+    need = sum(t.untyped_storage().nbytes() for t in {id(t): t for t in _tensors(checkpoint)}.values())
+    free = shutil.disk_usage(path.parent).free
+    kept = sorted((p for p in path.parent.glob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    last = f"the last good checkpoint {path if path.is_file() else kept[-1]} is kept" if kept else \
+        "no earlier checkpoint of this run exists"
+    run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    go_on = f"continue with `python -m zoo train ckpt_path={run}`" if kept else "then start the run again"
+    return (f"disk full while saving {path}: it needs about {need / 2**20:.0f} MiB and {free / 2**20:.0f} MiB are "
+            f"free; {last} (the partial file was removed); free some space, {go_on}")
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
 
 
 class ZooMetadata(Callback):

@@ -60,7 +60,45 @@ def config_dirs() -> list[Path]:
     separated by `:`, each laid out like configs/: task/<domain>/<name>.yaml, experiment/...), where a user keeps
     tasks and presets of their own without editing the zoo (hydra_plugins/zoo_searchpath adds them to Hydra)."""
     extra = [Path(p).expanduser().resolve() for p in os.environ.get("ZOO_CONFIG_PATH", "").split(os.pathsep) if p]
+    for folder in extra:
+        if not folder.is_dir() and folder not in _SAID_MISSING:
+            _SAID_MISSING.add(folder)
+            import sys
+
+            print(f"zoo: warning: ZOO_CONFIG_PATH names {folder}, which is not a folder: no tasks or presets are "
+                  "read from it; fix the path (folders separated by ':')", file=sys.stderr, flush=True)
     return [CONFIG_DIR, *extra]
+
+
+_SAID_MISSING: set[Path] = set()
+
+
+def yaml_problem(path: Path) -> str | None:
+    """`<file>:<line>: <what>` when a config file is not valid YAML (Hydra's own message names neither), else None."""
+    import yaml
+
+    try:
+        yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        what = " ".join(str(getattr(e, "problem", None) or e).split())
+        context, start = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if context and start is not None and mark is not None and start.line != mark.line:
+            context += f" that starts at line {start.line + 1}"
+        return f"{where}: {what}" + (f" ({context})" if context else "")
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{path}: cannot be read ({e})"
+    return None
+
+
+def broken_config_files() -> list[str]:
+    """Every config file of every tree that is not valid YAML, as `yaml_problem` says it."""
+    found = []
+    for root in config_dirs():
+        if root.is_dir():
+            found += [problem for f in sorted(root.rglob("*.yaml")) if (problem := yaml_problem(f))]
+    return found
 
 
 def config_file(group: str, name: str) -> Path:
@@ -146,6 +184,7 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
 
         install([str(n) for n in lean])
     validate.check_trainer(cfg, parsed)
+    validate.check_targets(cfg)
     validate.check_sweep_choices(cfg, parsed)
     return cfg  # composed with the sweeps' first values and the `hydra` node
 
@@ -225,6 +264,11 @@ def explain(e: BaseException, overrides: list[str]) -> str:
     m = re.search(r"Could not append to config. An item is already at '([^']+)'", text)
     if m:
         return f"'{m.group(1)}' already exists: set it with {m.group(1)}=... (no +)"
+    broken = broken_config_files() if re.search(r"while (parsing|scanning)|could not find expected|mapping values "
+                                                r"are not allowed|found character", text) else []
+    if broken:
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        return f"config file {broken[0]}{more}; fix the YAML there (`python -m zoo list` marks broken files)"
     return f"bad config or override ({_first_line(e)}); see `python -m zoo train --help`"
 
 

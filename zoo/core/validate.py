@@ -222,6 +222,29 @@ def check_sweep_choices(cfg: Any, parsed: list) -> None:
     for o in parsed:
         if isinstance(o.value(), ChoiceSweep):
             check_choices(cfg, o.get_key_element().lstrip("+~"), list(o.value().list))
+            check_sweep_values(cfg, o.get_key_element().lstrip("+~"), list(o.value().list))
+
+
+def check_sweep_values(cfg: Any, key: str, values: list) -> None:
+    """The optimizer and batch-size checks for every value of a sweep, not only the first one the config was
+    composed with: `lr=1e-3,-1` trained trial 0, then died in trial 1 with a traceback and a folder left behind."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict
+
+    from zoo.errors import one_line
+
+    if not key.startswith("task."):
+        return
+    for value in values[1:]:
+        trial = copy.deepcopy(cfg)
+        with open_dict(trial):
+            OmegaConf.update(trial, key, value, merge=False)
+        try:
+            check_batch_sizes(trial)
+            check_optimizers(trial)
+        except ZooError as e:
+            raise ZooError(f"{key}={value} (one of the values to try): {one_line(e)}") from None
 
 
 def check_choices(cfg: Any, key: str, values: list) -> None:
@@ -251,3 +274,30 @@ def check_choices(cfg: Any, key: str, values: list) -> None:
             why = one_line(e) if isinstance(e, ZooError) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             raise ZooError(f"{key}={value} (one of the values to try) is refused by the task: {why}; drop it from "
                            "the choices") from None
+
+
+def check_targets(cfg: Any) -> None:
+    """The task's module and data classes import, before Hydra makes the run's folder: a `_target_` that names a
+    missing class failed inside the run (four Hydra lines, exit 1, the folder left behind)."""
+    import importlib
+
+    from omegaconf import DictConfig, OmegaConf
+
+    for key in ("task.module", "task.data"):
+        node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+        if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
+            continue
+        target = node._target_
+        module, _, name = target.rpartition(".")
+        try:
+            found = importlib.import_module(module) if module else None
+        except ModuleNotFoundError as e:
+            missing = "" if e.name and module.startswith(e.name) else f" (it imports {e.name}, which is not installed)"
+            raise ZooError(f"{key}._target_={target}: module {module} cannot be imported{missing}: {e}; check the "
+                           "name, and that its package is on PYTHONPATH (a task of your own: PYTHONPATH=<its folder>)"
+                           ) from None
+        if found is None or not hasattr(found, name):
+            have = sorted(n for n, v in vars(found).items() if isinstance(v, type) and v.__module__ == module) \
+                if found is not None else []
+            raise ZooError(f"{key}._target_={target}: {module or 'no module'} has no {name!r}; it has "
+                           f"{', '.join(have) or 'no classes'}")

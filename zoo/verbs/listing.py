@@ -6,20 +6,28 @@ from zoo.errors import ZooError
 
 
 def main(rest: list[str]) -> None:
-    from zoo.core.config import describe, options
+    from zoo.core.config import options
 
     if rest:
         return _list_task(rest[0])
     print("tasks (task=...):")
     for name in options("task"):
-        print(f"  {name:<22} {describe('task', name)}")
+        print(f"  {name:<22} {_described('task', name)}")
     print("experiment presets (experiment=...):")
     for name in options("experiment"):
-        print(f"  {name:<22} {describe('experiment', name)}")
+        print(f"  {name:<22} {_described('experiment', name)}")
     print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
     print("searches (-m hparams_search=...): " + ", ".join(options("hparams_search")))
     print("launchers (hydra/launcher=...): " + ", ".join(n for n in options("hydra/launcher")))
     print("`python -m zoo list <task>` shows a task's model names")
+
+
+def _described(group: str, name: str) -> str:
+    """The file's one-line description, or BROKEN and where, for a file that is not valid YAML."""
+    from zoo.core.config import config_file, describe, yaml_problem
+
+    problem = yaml_problem(config_file(group, name))
+    return f"BROKEN: {problem}" if problem else describe(group, name)
 
 
 def _list_task(task: str) -> None:
