@@ -16,27 +16,11 @@ import torch
 import yaml
 
 from zoo.errors import ZooError
-from zoo.testing import TINY, run_dirs, zoo_env
+from zoo.testing import TINY, one_line_error, run_dirs, zoo_env
 
 VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
 
 
-@pytest.fixture(autouse=True)
-def _ctrl_c_reaches_children():
-    """A shell starts a background job (`pytest ... &`) with SIGINT ignored, which every child inherits: a Ctrl-C
-    sent to a `zoo` child would then do nothing. Children of a process with a handler start with the default."""
-    before = signal.getsignal(signal.SIGINT)
-    if before == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stdout[-3000:]
-    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
-    assert len(errors) == 1 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
-    return errors[0]
 
 
 # ----------------------------------------------------------------------------------------- values, up front
@@ -75,9 +59,9 @@ def test_right_values_pass():
 
 def test_a_wrong_value_is_one_line_on_the_console(run_zoo):
     t0 = time.monotonic()
-    line = _one_line_error(run_zoo("train", "-m", "task.module.optimizer.lr=interval(1e-4,1e-2)"))
+    line = one_line_error(run_zoo("train", "-m", "task.module.optimizer.lr=interval(1e-4,1e-2)"))
     assert "list the values to try" in line
-    line = _one_line_error(run_zoo("train", "trainer.max_epochs=abc"))
+    line = one_line_error(run_zoo("train", "trainer.max_epochs=abc"))
     assert "e.g. trainer.max_epochs=" in line
     assert time.monotonic() - t0 < 120  # no training started (it took 12 s of work before the check existed)
 
@@ -99,11 +83,11 @@ def test_resume_resolves_the_task_and_never_touches_another_run(run_zoo, tmp_pat
     written = [*(run / ".hydra").iterdir(), run / "config.yaml", run / "cli.log"]
     files = {p: p.read_bytes() for p in written}
     # the preset selects rl/ppo: the latest *rl* run is meant, and there is none
-    line = _one_line_error(run_zoo("train", "experiment=rl_cartpole", "ckpt_path=last"))
+    line = one_line_error(run_zoo("train", "experiment=rl_cartpole", "ckpt_path=last"))
     assert "no earlier run of rl/ppo" in line
     # pointing at the vision run with another domain's preset: refused before Hydra writes into that run
     for form in (run, run / "checkpoints" / "last.ckpt"):
-        line = _one_line_error(run_zoo("train", "experiment=rl_cartpole", f"ckpt_path={form}"))
+        line = one_line_error(run_zoo("train", "experiment=rl_cartpole", f"ckpt_path={form}"))
         assert "is from task vision/resnet, but these overrides select rl/ppo" in line
     assert {p: p.read_bytes() for p in written} == files
     # resuming twice with the same override keeps one copy of it
@@ -116,15 +100,15 @@ def test_resume_resolves_the_task_and_never_touches_another_run(run_zoo, tmp_pat
     saved = yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
     assert [o.partition("=")[0] for o in saved].count("trainer.max_epochs") == 1
     # asking a finished 3-epoch run for fewer epochs: Lightning's refusal as one line, not a traceback
-    line = _one_line_error(run_zoo("train", "ckpt_path=last", "trainer.max_epochs=1"))
+    line = one_line_error(run_zoo("train", "ckpt_path=last", "trainer.max_epochs=1"))
     assert "but you have set Trainer(max_epochs=1)" in line
     # free text with commas reaches the task verbatim (it was a Hydra sweep traceback): here a missing file
-    line = _one_line_error(run_zoo("predict", f"ckpt_path={run}", "input=a gorgeous, witty, seductive movie."))
+    line = one_line_error(run_zoo("predict", f"ckpt_path={run}", "input=a gorgeous, witty, seductive movie."))
     assert "input not found: a gorgeous, witty, seductive movie." in line
 
 
 def test_a_failed_new_run_leaves_no_folder(run_zoo, tmp_path):
-    line = _one_line_error(run_zoo("train", *VISION, "task.data.dataset=imagefolder",
+    line = one_line_error(run_zoo("train", *VISION, "task.data.dataset=imagefolder",
                                    f"task.data.root={tmp_path / 'nowhere'}"))
     assert "image folder not found" in line
     assert run_dirs(tmp_path, "vision/resnet") == []
@@ -135,7 +119,7 @@ def test_a_failed_new_run_leaves_no_folder(run_zoo, tmp_path):
 def test_a_checkpoint_that_does_not_fit_its_task_is_one_line(run_zoo, tmp_path):
     ckpt = tmp_path / "edited.ckpt"
     torch.save({"state_dict": {}, "zoo": {"task": "vision/resnet", "overrides": []}}, ckpt)
-    line = _one_line_error(run_zoo("predict", f"ckpt_path={ckpt}", "input=x.png"))
+    line = one_line_error(run_zoo("predict", f"ckpt_path={ckpt}", "input=x.png"))
     assert "does not load into ImageClassifier" in line
 
 
@@ -231,7 +215,7 @@ def test_accelerator_gpu_without_a_gpu_says_what_auto_picks():
 
 
 def test_a_trainer_value_is_one_line_and_leaves_no_folder(run_zoo, tmp_path):
-    line = _one_line_error(run_zoo("train", *VISION, "trainer.precision=17"))
+    line = one_line_error(run_zoo("train", *VISION, "trainer.precision=17"))
     assert "trainer.precision=17 is not a precision" in line
     assert not (tmp_path / "outputs").exists()
 
@@ -257,7 +241,7 @@ def test_an_output_location_that_cannot_be_written_is_one_line(run_zoo, tmp_path
                            ([f"hydra.run.dir={blocker / 'run1'}"], {}, "hydra.run.dir"),
                            (["-m", f"hydra.sweep.dir={blocker / 'run1'}"], {}, "hydra.sweep.dir"),
                            (["-m"], {"ZOO_OUTPUT_ROOT": str(blocker / "out")}, "hydra.sweep.dir")):
-        line = _one_line_error(run_zoo("train", *args, *VISION, env=env))
+        line = one_line_error(run_zoo("train", *args, *VISION, env=env))
         assert f"{blocker} is a file, not a folder; set ZOO_OUTPUT_ROOT=<a writable folder> or {key}=" in line
 
 

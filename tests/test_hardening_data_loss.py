@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from zoo.errors import ZooError
-from zoo.testing import TINY, zoo_env
+from zoo.testing import TINY, one_line_error, zoo_env
 
 VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
 
@@ -98,12 +98,6 @@ def test_a_new_run_is_refused_a_folder_with_checkpoints_and_a_resume_is_not(tmp_
     runlock.release_all()
 
 
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stdout[-3000:]
-    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
-    assert len(errors) == 1 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
-    return errors[0]
-
 
 def _files(folder: Path) -> dict:
     return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".zoo")}
@@ -122,10 +116,10 @@ def test_two_runs_never_share_a_folder(run_zoo, tmp_path):
         while not (folder / "checkpoints" / "last.ckpt").is_file():  # the first run is under way
             assert first.poll() is None and time.monotonic() < deadline, first.stdout.read()[-3000:]
             time.sleep(0.2)
-        line = _one_line_error(run_zoo("train", *VISION, "seed=2", "task.module.optimizer.lr=0.01",
+        line = one_line_error(run_zoo("train", *VISION, "seed=2", "task.module.optimizer.lr=0.01",
                                        f"hydra.run.dir={folder}"))
         assert f"{folder} is in use by zoo process {first.pid}" in line, line
-        line = _one_line_error(run_zoo("train", f"ckpt_path={folder}"))  # nor a resume while it runs
+        line = one_line_error(run_zoo("train", f"ckpt_path={folder}"))  # nor a resume while it runs
         assert f"{folder} is in use by zoo process {first.pid}" in line, line
         first.send_signal(signal.SIGTERM)
         out, _ = first.communicate(timeout=120)
@@ -136,7 +130,7 @@ def test_two_runs_never_share_a_folder(run_zoo, tmp_path):
     ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)
     assert "seed=1" in ckpt["zoo"]["overrides"] and ckpt["zoo"]["config"]["seed"] == 1
     kept = _files(folder)
-    line = _one_line_error(run_zoo("train", *VISION, "seed=3", f"hydra.run.dir={folder}"))
+    line = one_line_error(run_zoo("train", *VISION, "seed=3", f"hydra.run.dir={folder}"))
     assert f"{folder} holds another run's checkpoints" in line and f"ckpt_path={folder}`" in line, line
     assert _files(folder) == kept  # not a byte of the stopped run changed
     # the hint's own command continues the run in its folder

@@ -21,16 +21,6 @@ CODES = {"SIGTERM": 143, "SIGINT": 130}
 WORDS = {"SIGTERM": "SIGTERM", "SIGINT": "Ctrl-C"}
 
 
-@pytest.fixture(autouse=True)
-def _ctrl_c_reaches_children():
-    """A shell starts a background job (`pytest ... &`) with SIGINT ignored, which every child inherits: a Ctrl-C
-    sent to a `zoo` child would then do nothing. Children of a process with a handler start with the default."""
-    before = signal.getsignal(signal.SIGINT)
-    if before == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
 
 def _stopped(proc_out: str, code: int, name: str) -> None:
     assert code == CODES[name], proc_out[-3000:]

@@ -42,6 +42,14 @@ def make_runner(tmp_path: Path):
     return run
 
 
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one `zoo: error:` line of a refused command (exit 2, no traceback); fails the test otherwise."""
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    return errors[0]
+
+
 def compose(overrides: list[str] | None = None):
     """The composed train config, with a fixed run_dir (Hydra's run-dir interpolation needs a Hydra app)."""
     from zoo.core.config import compose as compose_config
