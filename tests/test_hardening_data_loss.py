@@ -94,6 +94,7 @@ def test_a_new_run_is_refused_a_folder_with_checkpoints_and_a_resume_is_not(tmp_
     with pytest.raises(ZooError) as e:
         runlock.claim(folder, resuming=False)
     assert f"{folder} holds another run's checkpoints" in str(e.value) and f"ckpt_path={folder}`" in str(e.value)
+    assert not (folder / runlock.LOCK).exists()  # the refused run leaves nothing behind
     runlock.claim(folder, resuming=True)
     runlock.release_all()
 

@@ -33,7 +33,7 @@ def claim(run_dir: Path, resuming: bool) -> None:
                        "to end or stop it, then continue it with "
                        f"`python -m zoo train ckpt_path={run_dir}`, or train into another folder")
     if not resuming and checkpoints(run_dir):
-        os.close(fd)
+        _release(run_dir, fd)
         raise ZooError(f"{run_dir} holds another run's checkpoints ({checkpoints(run_dir)[0].name}, ...); a new run "
                        "there would replace them: leave hydra.run.dir out (a new folder) or name a new one, or "
                        f"continue that run with `python -m zoo train ckpt_path={run_dir}`")
@@ -138,17 +138,21 @@ def held(run_dir: Path) -> bool:
 def release_all() -> None:
     """Remove the lock files this process holds (still holding them, so that no one locks a file being removed)."""
     for run_dir, fd in list(_held.items()):
+        del _held[run_dir]
+        _release(run_dir, fd)
+
+
+def _release(run_dir: Path, fd: int) -> None:
+    try:
+        (run_dir / LOCK).unlink(missing_ok=True)
+    except OSError:
+        pass
+    os.close(fd)
+    if run_dir in _made:
         try:
-            (run_dir / LOCK).unlink(missing_ok=True)
+            run_dir.rmdir()  # only when empty: a run that stopped before Hydra wrote anything
         except OSError:
             pass
-        os.close(fd)
-        del _held[run_dir]
-        if run_dir in _made:
-            try:
-                run_dir.rmdir()  # only when empty: a run that stopped before Hydra wrote anything
-            except OSError:
-                pass
 
 
 def claim_for(cfg: object, multirun: bool, overrides: list[str]) -> None:
