@@ -10,10 +10,13 @@ ExportedProgram is not offered: torch.export fails on the packed sequence as wel
 
 An HF encoder (arch wav2vec2/hubert/wavlm) takes the waveform itself: its graph is waveform (B, T) float32 + sample
 counts (B,) int64 -> the same two outputs, per-utterance normalisation included; nothing is computed outside it.
+The Whisper encoder (arch whisper) takes the 16 kHz waveform too: its log-Mel front end is a strided convolution with
+a DFT basis (speech/whisper_frontend.py), so it is inside the graph, and the length stays dynamic.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +40,18 @@ class _Acoustic(torch.nn.Module):
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits, out_lengths = self.model(inputs, lengths)
         return logits.float().log_softmax(-1), out_lengths
+
+
+@dataclass
+class Refs:
+    """A batch's reference texts and the vocabulary; sliced like the batch's inputs (an int8 export holds some
+    examples apart from its calibration)."""
+
+    texts: list[str]
+    tokens: list[str]
+
+    def __getitem__(self, part: slice) -> Refs:
+        return Refs(self.texts[part], self.tokens)
 
 
 def _takes_wave(module: Any) -> bool:
@@ -69,8 +84,7 @@ def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
             else:
                 feats, frames = module.features(batch["wave"][:k], batch["lengths"][:k])
                 inputs = (feats.contiguous(), frames)
-            out.append(Examples(inputs,
-                                {"texts": list(batch["texts"][:k]), "tokens": list(module.vocab.tokens)}))
+            out.append(Examples(inputs, Refs(list(batch["texts"][:k]), list(module.vocab.tokens))))
             seen += k
             if seen >= n:
                 break
@@ -83,9 +97,11 @@ def metadata(module: Any, cfg: Any) -> dict:
     post = {"greedy": "argmax per frame up to out_lengths, merge repeats, drop the blank (index 0), join the tokens, "
                       "collapse spaces"}
     if _takes_wave(module):
+        inside = ("Whisper log-Mel features (n_fft 400, hop 160, 80 bins, log10, max-8 clamp, (x+4)/4), inside "
+                  "the graph" if hp.arch == "whisper" else "inside the graph")
         return {"preprocess": {"input": "waveform", "sample_rate": hp.sample_rate, "mono": True,
                                "padding": "zeros after each utterance; lengths = real samples",
-                               "normalization": "inside the graph", "max_seconds": float(hp.max_seconds)},
+                               "normalization": inside, "max_seconds": float(hp.max_seconds)},
                 "vocabulary": list(module.vocab.tokens), "blank_index": 0, "postprocess": post}
     return {
         "preprocess": {
@@ -125,8 +141,8 @@ def score(outputs: list[list[np.ndarray]], targets: list[Any]) -> tuple[str, flo
     """Character error rate of the greedy transcripts against the reference texts."""
     from torchmetrics.functional.text import char_error_rate
 
-    hyps = [h for o, t in zip(outputs, targets) for h in transcripts(o[0], o[1], t["tokens"])]
-    refs = [r for t in targets for r in t["texts"]]
+    hyps = [h for o, t in zip(outputs, targets) for h in transcripts(o[0], o[1], t.tokens)]
+    refs = [r for t in targets for r in t.texts]
     return "cer", float(char_error_rate(hyps, refs))
 
 

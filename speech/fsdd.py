@@ -1,6 +1,7 @@
 """Free Spoken Digit Dataset (FSDD) straight from its folder of `{digit}_{speaker}_{index}.wav` files.
 
-Leave-one-speaker-out (`holdout_speaker=<name>`): the held-out speaker's every file is the test set; the other
+Leave-one-speaker-out (`holdout_speaker=<name>`, or a list of names: all of them are the test set): the held-out
+speakers' every file is the test set; the other
 speakers' files with index < `val_below` (FSDD's own test split) are the validation set, the rest train. Model
 selection therefore never hears the test voice, and test/acc measures how well the model hears a new person.
 No manifest is written anywhere: the rows are read from the file names.
@@ -42,7 +43,7 @@ def scan(root: str) -> list[tuple[str, int, str, int]]:
 class FSDDDataModule(SpeechDataModule):
     """Speakers are whatever the file names hold; `speakers` (a list) keeps only some of them."""
 
-    def __init__(self, root: str = "~/data/fsdd", holdout_speaker: str | None = None, val_below: int = 5,
+    def __init__(self, root: str = "~/data/fsdd", holdout_speaker: str | list[str] | None = None, val_below: int = 5,
                  speakers: list[str] | None = None, **kwargs) -> None:
         kwargs.setdefault("in_memory", True)
         super().__init__(**kwargs)
@@ -56,9 +57,12 @@ class FSDDDataModule(SpeechDataModule):
         if self.holdout is None:
             raise ZooError(f"set task.data.holdout_speaker to the speaker to test on: one of "
                            f"{', '.join(s for s in found if s in keep)}")
-        if self.holdout not in found or self.holdout not in keep:
-            raise ZooError(f"task.data.holdout_speaker={self.holdout!r} is not one of the speakers in {self.root}: "
-                           f"{', '.join(s for s in found if s in keep)}")
+        held = [self.holdout] if isinstance(self.holdout, str) else [str(s) for s in self.holdout]
+        unknown = [s for s in held if s not in found or s not in keep]
+        if unknown or not held:
+            names = ", ".join(repr(s) for s in unknown) or "[]"
+            raise ZooError(f"task.data.holdout_speaker: {names} is not one of the speakers in {self.root}: "
+                           f"{', '.join(s for s in found if s in keep)} (give one name or a list)")
         rows: dict[str, list[Utterance]] = {"train": [], "val": [], "test": []}
         skipped: Counter = Counter()
         example: dict[str, str] = {}
@@ -70,7 +74,7 @@ class FSDDDataModule(SpeechDataModule):
                 skipped[reason] += 1
                 example.setdefault(reason, path)
                 continue
-            split = "test" if speaker == self.holdout else ("val" if index < self.val_below else "train")
+            split = "test" if speaker in held else ("val" if index < self.val_below else "train")
             rows[split].append(Utterance(path, float(duration), NAMES[digit]))
         report_skips(f"FSDD {self.root}", skipped, example, sum(len(r) for r in rows.values()))
         for split, got in rows.items():

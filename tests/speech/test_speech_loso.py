@@ -51,6 +51,18 @@ def test_fsdd_leave_one_speaker_out_splits(fsdd):
     assert data.model_kwargs()["vocab"][0] == BLANK
 
 
+def test_fsdd_holdout_list_tests_on_all_of_them(fsdd):
+    from omegaconf import OmegaConf
+
+    data = FSDDDataModule(root=str(fsdd), holdout_speaker=OmegaConf.create(["bob", "cyd"]), sample_rate=8000,
+                          chars=DIGITS)
+    data.setup("fit")
+    speakers = {split: {r.path.split("_")[-2] for r in got} for split, got in data.rows.items()}
+    assert speakers == {"train": {"ann"}, "val": {"ann"}, "test": {"bob", "cyd"}}
+    with pytest.raises(ZooError, match="'zed' is not one of"):
+        FSDDDataModule(root=str(fsdd), holdout_speaker=["bob", "zed"]).setup("fit")
+
+
 def test_fsdd_bad_choices_are_one_line(fsdd, tmp_path):
     for holdout, match in ((None, "set task.data.holdout_speaker.*ann, bob, cyd"), ("zed", "'zed' is not one of")):
         with pytest.raises(ZooError, match=match):
