@@ -156,3 +156,17 @@ def test_the_next_run_of_a_folder_removes_the_partial_files_a_killed_run_left(tm
     runlock.release_all()
     assert not any(p.exists() for p in partial) and live.exists() and (folder / "checkpoints" / "last.ckpt").exists()
     assert f"zoo: removed 3 partial file(s) that a killed run left in {folder}" in capsys.readouterr().err
+
+
+def test_a_stop_before_the_first_save_leaves_no_new_folder(tmp_path):
+    from zoo.core import runlock
+
+    new, kept = tmp_path / "new", tmp_path / "kept"
+    for folder in (new, kept):
+        runlock.claim(folder, resuming=False)
+        (folder / ".hydra").mkdir()
+    (kept / "checkpoints").mkdir()
+    (kept / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    runlock.discard_new_folders()
+    runlock.release_all()
+    assert not new.exists() and (kept / "checkpoints" / "last.ckpt").is_file()

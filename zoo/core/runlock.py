@@ -142,6 +142,16 @@ def release_all() -> None:
         _release(run_dir, fd)
 
 
+def discard_new_folders() -> None:
+    """Remove the folders this process made to hold them and that hold no checkpoint (a stop before the run saved
+    anything: only Hydra's `.hydra/` and an empty log are there)."""
+    import shutil
+
+    for run_dir in list(_made):
+        if run_dir.is_dir() and not any(run_dir.rglob("*.ckpt")):
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _release(run_dir: Path, fd: int) -> None:
     try:
         (run_dir / LOCK).unlink(missing_ok=True)

@@ -28,7 +28,7 @@ from zoo.core.ddp import (
 )
 from zoo.core.naming import output_root
 from zoo.core.resume import check_resume_task, resolve_resume
-from zoo.core.runlock import claim_for
+from zoo.core.runlock import claim_for, discard_new_folders
 from zoo.core.stops import Stopped, lightning_call, stopped_by
 from zoo.core.sweeps import continue_trial, finish_hint
 from zoo.errors import ZooError, fail
@@ -53,7 +53,12 @@ def main(rest: list[str]) -> None:
             check_output_dir(composed, args.multirun)
             claim_for(composed, args.multirun, args.overrides)  # one run per folder, before Hydra writes there
     # Under torchrun/srun every rank runs this: `${zoo_writer:}` in configs/hydra lets one write .hydra/ and cli.log.
-    hydra_run.run(args, parser, TrainJob(), CONFIG_DIR, "train")
+    try:
+        hydra_run.run(args, parser, TrainJob(), CONFIG_DIR, "train")
+    except BaseException as e:
+        if stopped_by(e):  # stopped while Hydra set the job up: the new folder holds nothing worth keeping
+            discard_new_folders()
+        raise
 
 
 def warn_elastic_store() -> None:
