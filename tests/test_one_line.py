@@ -116,6 +116,8 @@ def test_broken_yaml_names_its_file_and_line_and_list_marks_it(tmp_path, monkeyp
     listing.main([])
     (row,) = [line for line in capsys.readouterr().out.splitlines() if "toy/broken" in line]
     assert f"BROKEN: {where}:" in row
+    with pytest.raises(ZooError, match=f"config file {where}:"):
+        listing.main(["toy/broken"])
 
 
 def test_a_target_that_names_a_missing_class_is_one_line_naming_what_exists(tmp_path, monkeypatch):

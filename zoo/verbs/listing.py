@@ -33,11 +33,14 @@ def _described(group: str, name: str) -> str:
 def _list_task(task: str) -> None:
     from omegaconf import OmegaConf
 
-    from zoo.core.config import config_file, options
+    from zoo.core.config import config_file, options, yaml_problem
     from zoo.kit.hooks import find_hooks
 
     if task not in options("task"):
         raise ZooError(f"unknown task '{task}': available: {', '.join(options('task'))}")
+    problem = yaml_problem(config_file("task", task))
+    if problem:
+        raise ZooError(f"config file {problem}; fix the YAML there")
     cfg = OmegaConf.load(config_file("task", task))
     models = find_hooks(cfg.task).models
     if models is None:
