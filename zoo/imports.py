@@ -66,7 +66,9 @@ class _ScopedLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         sys.meta_path.insert(0, self.absent)
         try:
-            module.__spec__.loader = module.__loader__ = self.loader  # what reloads and introspection see later
+            if module.__spec__ is not None:  # what reloads and introspection see later
+                module.__spec__.loader = self.loader
+            module.__loader__ = self.loader
             self.loader.exec_module(module)
         finally:
             sys.meta_path.remove(self.absent)

@@ -101,7 +101,8 @@ class DeadRankWatch(Callback):
 
         for t in threading.enumerate():
             if isinstance(t, _ChildProcessObserver):
-                t._run = lambda: True  # retire Lightning's watcher at its next wake-up, before it kills anything
+                # retire Lightning's watcher at its next wake-up, before it kills anything
+                t._run = lambda: True  # type: ignore[method-assign]
         threading.Thread(target=self._watch, args=(trainer,), daemon=True, name="zoo-dead-rank-watch").start()
 
     def _watch(self, trainer: Any) -> None:

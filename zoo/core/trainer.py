@@ -56,7 +56,9 @@ def _gpu_name() -> str:
 def plain_trainer(tcfg: DictConfig | dict) -> dict[str, Any]:
     """The trainer config as a plain dict with string keys, interpolations resolved."""
     t = OmegaConf.to_container(tcfg, resolve=True) if isinstance(tcfg, DictConfig) else tcfg
-    return {str(k): v for k, v in dict(t).items()}
+    if not isinstance(t, dict):
+        raise TypeError(f"the trainer config is a mapping, not {type(t).__name__}")
+    return {str(k): v for k, v in t.items()}
 
 
 def math_mode(tcfg: DictConfig | dict) -> MathMode:

@@ -76,7 +76,8 @@ def param_groups(
         no_decay = no_decay_names(params) if no_decay is None else no_decay
         params = params.named_parameters()
     skip_name = _no_decay_by_name if no_decay is None else (lambda n: canonical_name(n) in no_decay)
-    decay, skip = [], []
+    decay: list[nn.Parameter] = []
+    skip: list[nn.Parameter] = []
     for name, p in params:
         if p.requires_grad:
             (skip if skip_name(name) else decay).append(p)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,8 +36,6 @@ class EnergyCounter:
 def rapl_counters(root: str = "/sys/class/powercap") -> tuple[list[EnergyCounter], str]:
     """One counter per CPU package (intel-rapl:N, not its sub-domains, which the package already includes); an
     empty list and the reason when RAPL is absent or unreadable (it is root-only on most kernels since 2020)."""
-    from pathlib import Path
-
     base = Path(root)
     zones = sorted(p for p in base.glob("intel-rapl:*") if p.name.count(":") == 1) if base.is_dir() else []
     if not zones:
@@ -49,8 +48,16 @@ def rapl_counters(root: str = "/sys/class/powercap") -> tuple[list[EnergyCounter
             wrap = float((zone / "max_energy_range_uj").read_text())
         except (OSError, ValueError) as e:
             return [], f"RAPL {f} not readable ({type(e).__name__}; root-only on this kernel)"
-        counters.append(EnergyCounter(lambda f=f: float(f.read_text()), 1e-6, wrap))
+        counters.append(EnergyCounter(_file_reader(f), 1e-6, wrap))
     return counters, f"RAPL, {len(zones)} CPU package(s)"
+
+
+def _file_reader(f: Path) -> Callable[[], float]:
+    return lambda: float(f.read_text())
+
+
+def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], float]:
+    return lambda: float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
 
 
 def nvml_handle(nvml: Any, index: int) -> Any:
@@ -73,7 +80,7 @@ class GpuStats:
         for h in handles:
             try:
                 nvml.nvmlDeviceGetTotalEnergyConsumption(h)  # millijoules since the driver loaded (Volta+)
-                self.energy.append(EnergyCounter(lambda h=h: nvml.nvmlDeviceGetTotalEnergyConsumption(h), 1e-3))
+                self.energy.append(EnergyCounter(_nvml_reader(nvml, h), 1e-3))
             except Exception:  # noqa: BLE001 - no counter on this GPU: no energy figure rather than a guess
                 self.energy = []
                 break

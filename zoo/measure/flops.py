@@ -35,7 +35,7 @@ def implausible(flops_per_step: float | None, step_s: float, peak_per_device: fl
     (a faster math ran than the one the peak is for, an underestimated CPU peak, a miscounted step, a clock that
     missed queued work), never a number to quote."""
     util = mfu(flops_per_step, step_s, peak_per_device, devices)
-    if util is None or util <= 1.0:
+    if util is None or util <= 1.0 or not flops_per_step or not peak_per_device:  # mfu is None without both
         return None
     rate = flops_per_step / step_s / 1e12
     return (f"{rate:.3g} TFLOP/s measured, above the {kind} peak of {devices} x {peak_per_device / 1e12:.3g} TFLOP/s "

@@ -67,8 +67,9 @@ class MathMode:
         tf32 = self.fp32 == "tf32"
         torch.set_float32_matmul_precision("high" if tf32 else "highest")  # CUDA's and oneDNN's matmuls, both views
         torch.backends.cudnn.allow_tf32 = tf32  # the legacy view of cuDNN; then the new one, conv and RNN
-        torch.backends.cudnn.conv.fp32_precision = self.fp32
-        torch.backends.cudnn.rnn.fp32_precision = self.fp32
+        # torch builds these per-backend switches at run time: its type stubs do not declare them
+        torch.backends.cudnn.conv.fp32_precision = self.fp32  # type: ignore[attr-defined]
+        torch.backends.cudnn.rnn.fp32_precision = self.fp32  # type: ignore[attr-defined]
 
     def as_dict(self) -> dict[str, str | None]:
         return {**asdict(self), "autocast": self.autocast}

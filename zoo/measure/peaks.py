@@ -32,9 +32,11 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[set[str], str, float | No
         text = open(cpuinfo).read()
     except OSError:
         return set(), "", None
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split()) if "flags" in text else set()
-    vendor = (re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M) or [None, ""])[1]
-    ghz = None
+    line = re.search(r"^flags\s*:(.*)$", text, re.M)
+    flags = set(line.group(1).split()) if line else set()
+    found = re.search(r"^vendor_id\s*:\s*(\S+)", text, re.M)
+    vendor = found.group(1) if found else ""
+    ghz: float | None = None
     nominal = re.search(r"^model name\s*:.*@\s*([\d.]+)\s*GHz", text, re.M)  # the rated clock, when the name has it
     if nominal:
         ghz = float(nominal.group(1))

@@ -74,7 +74,10 @@ class Throughput(ThroughputMonitor):
                  peak_flops: float | None = None) -> None:
         auto = length_fn == "auto"
         super().__init__(batch_size_fn=_resolve(batch_size_fn) or batch_size,
-                         length_fn=real_tokens if auto else _resolve(length_fn), window_size=max(2, int(window)))
+                         # Lightning's annotation says int; both its counters and the zoo's also add a 0-d tensor,
+                         # kept on the device until a logging step reads it (real_tokens)
+                         length_fn=real_tokens if auto else _resolve(length_fn),  # type: ignore[arg-type]
+                         window_size=max(2, int(window)))
         self.length_key = "tokens" if auto else length_name
         self.count_flops, self.peak_flops = count_flops, peak_flops
         self.flops_per_batch: int | None = None

@@ -41,7 +41,10 @@ class TimeSplit(Callback):
     def __init__(self) -> None:
         self.began = max([PROCESS_START, *_last_end])
         self.created = time.time()
-        self.data_end = self.fit_end = self.test_start = self.test_end = None
+        self.data_end: float | None = None
+        self.fit_end: float | None = None
+        self.test_start: float | None = None
+        self.test_end: float | None = None
         self.validation = self.checkpoints = 0.0
         self._val_t0: float | None = None
         self._wrapped = False

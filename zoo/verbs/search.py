@@ -58,25 +58,27 @@ def distribution(override: Any, default: Any) -> Any:
     key, value = override.get_key_element().lstrip("+"), override.value()
     integer = isinstance(default, int) and not isinstance(default, bool)
     if isinstance(value, ChoiceSweep):
-        bad = [v for v in value.list if not isinstance(v, (str, int, float, bool, type(None)))]
+        plain = [v for v in value.list if v is None or isinstance(v, (str, int, float, bool))]
+        bad = [v for v in value.list if v not in plain]
         if bad:
             raise ZooError(f"{override.input_line}: choices must be plain values (numbers, strings, true/false), "
                            f"not {bad[0]!r}")
-        return od.CategoricalDistribution(list(value.list))
+        return od.CategoricalDistribution(plain)
     if isinstance(value, RangeSweep):  # Hydra's range: stop excluded, as the basic sweeper enumerates it
-        n = math.ceil((value.stop - value.start) / value.step) if value.step else 0
-        if n < 1:
+        start, stop, step = value.start, value.stop, value.step
+        n = math.ceil((stop - start) / step) if start is not None and stop is not None and step else 0
+        if n < 1 or start is None or step is None:
             raise ZooError(f"{override.input_line} holds no value; write range(start, stop, step) with start < stop")
-        last = value.start + (n - 1) * value.step
-        if all(float(x).is_integer() for x in (value.start, value.step)) and (integer or isinstance(value.start, int)):
-            return od.IntDistribution(int(value.start), int(last), step=int(value.step))
-        return od.FloatDistribution(float(value.start), float(last), step=float(value.step))
+        last = start + (n - 1) * step
+        if all(float(x).is_integer() for x in (start, step)) and (integer or isinstance(start, int)):
+            return od.IntDistribution(int(start), int(last), step=int(step))
+        return od.FloatDistribution(float(start), float(last), step=float(step))
     if isinstance(value, IntervalSweep):
         unknown = set(value.tags) - {"log", "int"}
         if unknown:
             raise ZooError(f"{override.input_line}: unknown tag {sorted(unknown)[0]}; tags: log, int")
         lo, hi, log = value.start, value.end, "log" in value.tags
-        if not lo < hi or log and lo <= 0:
+        if lo is None or hi is None or not lo < hi or log and lo <= 0:
             raise ZooError(f"{override.input_line}: needs low < high{' and low > 0 (log scale)' if log else ''}")
         if integer or "int" in value.tags:
             if not (float(lo).is_integer() and float(hi).is_integer()):

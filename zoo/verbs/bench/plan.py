@@ -68,9 +68,13 @@ def defaults_path() -> Path:
 def parse_args(rest: list[str]) -> tuple[dict[str, Any], list[str]]:
     """`bench.*` overrides -> the bench's settings (lists for the axes); everything else stays a train override."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
     from omegaconf import OmegaConf
 
-    bench = OmegaConf.to_container(OmegaConf.load(defaults_path()))
+    loaded = OmegaConf.to_container(OmegaConf.load(defaults_path()))
+    if not isinstance(loaded, dict):
+        raise ZooError(f"{defaults_path()} is not a mapping of bench keys")
+    bench = {str(k): v for k, v in loaded.items()}
     mine = [a for a in rest if a.lstrip("+").startswith("bench.")]
     overrides = [a for a in rest if a not in mine]
     try:
@@ -84,10 +88,10 @@ def parse_args(rest: list[str]) -> tuple[dict[str, Any], list[str]]:
             near = difflib.get_close_matches(key, list(bench), n=1)
             hint = f"did you mean bench.{near[0]}? " if near else ""
             raise ZooError(f"unknown bench key 'bench.{key}': {hint}keys: {', '.join(bench)}")
-        value = list(o.value().list) if o.is_sweep_override() and hasattr(o.value(), "list") else o.value()
-        if o.is_sweep_override() and not hasattr(o.value(), "list"):
+        value = o.value()
+        if o.is_sweep_override() and not isinstance(value, ChoiceSweep):
             raise ZooError(f"{o.input_line}: list the values, e.g. bench.{key}=[a,b]")
-        bench[key] = value
+        bench[key] = list(value.list) if isinstance(value, ChoiceSweep) else value
     return check(bench), overrides
 
 

@@ -90,7 +90,7 @@ def _ops(r: dict[str, Any], mixed_kinds: bool) -> str:
     n = r.get("ops_per_step")
     if n is None:
         return "n/a"
-    kind = {"aten ops": " aten", "kernels": " kernels"}.get(r.get("ops_kind"), "") if mixed_kinds else ""
+    kind = {"aten ops": " aten", "kernels": " kernels"}.get(str(r.get("ops_kind")), "") if mixed_kinds else ""
     return f"{n:,}{kind}" + (" (eager)" if r.get("ops_eager") else "")
 
 

@@ -126,7 +126,8 @@ class BenchCallback(Callback):
         now = time.perf_counter()
         if self.seen == self.warmup - 1:
             self._start = now
-            self.energy.start()
+            if self.energy is not None:
+                self.energy.start()
         elif self.seen >= self.warmup:
             self.step_s.append(now - self._last_end)
             self.units += float(self.units_fn(pl_module, batch))
@@ -183,7 +184,7 @@ class BenchCallback(Callback):
 
     def _finish(self, trainer: Any, pl_module: Any, seconds: float) -> dict[str, Any]:
         dev = pl_module.device
-        energy = self.energy.read()
+        energy = self.energy.read() if self.energy is not None else None
         memory = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else \
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
         # One collective for everything the ranks must combine (every rank reaches this same batch).
@@ -204,7 +205,7 @@ class BenchCallback(Callback):
             "ops_eager": bool(self.compiled and dev.type != "cuda"),
             "flops_per_step": flops or None, "mfu": mfu(flops, step_mean, math["peak_flops_per_device"], world),
             "peak_mem_bytes": float(gathered[:, 2].max()),
-            "energy_source": self.energy.source, "energy_j": energy_j,
+            "energy_source": self.energy.source if self.energy is not None else "n/a", "energy_j": energy_j,
             "energy_per_step_j": None if energy_j is None else energy_j / self.steps,
             "energy_per_unit_j": None if energy_j is None or not units else energy_j / units,
             "loss": self._loss_value(trainer),
