@@ -87,6 +87,7 @@ class CTCRecognizer(L.LightningModule):
                            f"{RATE}: files at any other rate (FSDD's 8 kHz) are resampled to it when read")
         net = build_model("whisper", self.hparams.n_mels, len(self.vocab), **(model or {}))
         net.augment = self.specaugment
+        net.front.voice = self.features.voice  # task.module.voice: VTLP / pitch on the power spectrum, training only
         return net
 
     def on_train_epoch_start(self) -> None:

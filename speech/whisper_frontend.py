@@ -40,6 +40,7 @@ class WhisperLogMel(nn.Module):
                                                     mel_scale="slaney")  # (bins, n_mels)
         self.register_buffer("mel", mel.T.contiguous().float(), persistent=False)
         self.bins = bins
+        self.voice: nn.Module | None = None  # speech.augment.VoiceAugment (VTLP, pitch), training only
 
     @staticmethod
     def frames(lengths: torch.Tensor) -> torch.Tensor:
@@ -52,6 +53,8 @@ class WhisperLogMel(nn.Module):
             x = F.pad(x, (0, N_FFT // 2))  # zeros after the audio, as after the extractor's 30 s padding
             spec = F.conv1d(x, self.basis, stride=HOP)  # (B, 2 * bins, frames + 1)
             power = spec[:, : self.bins] ** 2 + spec[:, self.bins:] ** 2
+            if self.voice is not None:
+                power = self.voice(power)
             logmel = torch.matmul(self.mel, power[..., :-1]).clamp(min=1e-10).log10()  # (B, n_mels, F)
         frames = self.frames(lengths).clamp(max=logmel.shape[-1])
         mask = (torch.arange(logmel.shape[-1], device=wave.device)[None, :] < frames[:, None]).unsqueeze(1)

@@ -110,7 +110,7 @@ class WhisperCTC(nn.Module):
 
     def __init__(self, vocab_size: int, size: str = "tiny", n_mels: int = 80, d_model: int | None = None,
                  layers: int | None = None, heads: int | None = None, ffn: int | None = None,
-                 dropout: float = 0.0, head_dropout: float = 0.1) -> None:
+                 dropout: float = 0.0, head_dropout: float = 0.1, rnn_head: int = 0) -> None:
         super().__init__()
         if size not in SIZES:
             raise ZooError(f"whisper size {size!r}: choose one of {', '.join(SIZES)} (or give d_model, layers, "
@@ -122,13 +122,20 @@ class WhisperCTC(nn.Module):
         self.augment: nn.Module | None = None  # SpecAugment on the features, training only (set by the module)
         self.encoder = Encoder(n_mels, dims["d_model"], dims["layers"], dims["heads"], dims["ffn"], dropout)
         self.head_dropout = nn.Dropout(head_dropout)
-        self.head = nn.Linear(dims["d_model"], vocab_size)
+        # rnn_head > 0: a BiGRU of that width between the encoder and the output layer (context for the CTC head)
+        self.rnn = nn.GRU(dims["d_model"], rnn_head, batch_first=True, bidirectional=True) if rnn_head else None
+        self.head = nn.Linear(2 * rnn_head if rnn_head else dims["d_model"], vocab_size)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         feats, frames = self.front(wave, lengths)
         if self.augment is not None:
             feats = self.augment(feats, frames)
         x, out = self.encoder(feats, frames)
+        if self.rnn is not None:
+            from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+            packed = pack_padded_sequence(x, out.cpu(), batch_first=True, enforce_sorted=False)
+            x = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])[0]
         return self.head(self.head_dropout(x)), out
 
     def freeze_encoder(self, frozen: bool = True) -> None:

@@ -181,3 +181,23 @@ def test_packaged_tiny_en_loads_every_encoder_tensor():
         out, n = m.model.eval().encoder(*m.model.front(torch.stack([torch.sin(2 * torch.pi * 440 * t),
                                                                      torch.zeros(16000)]), torch.tensor([16000] * 2)))
     assert torch.isfinite(out).all() and (out[0] - out[1]).abs().mean() > 0.1
+
+
+def test_rnn_head_batch_invariant_and_voice_augment_in_training_only():
+    torch.manual_seed(0)
+    model = WhisperCTC(len(VOCAB), **TINY, rnn_head=8).eval()
+    a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
+    batch = torch.zeros(2, 16000)
+    batch[0], batch[1, :7000] = a, b
+    with torch.no_grad():
+        both, _ = model(batch, torch.tensor([16000, 7000]))
+        alone, _ = model(b[None], torch.tensor([7000]))
+    assert both.shape[-1] == len(VOCAB) and torch.allclose(both[1, :22], alone[0], atol=1e-5)
+    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, voice={"vtlp": 0.2})
+    wave, n = torch.randn(1, 8000) * 0.1, torch.tensor([8000])
+    m.eval()
+    ref = m.model.front(wave, n)[0]
+    m.train()
+    assert not torch.allclose(m.model.front(wave, n)[0], ref)  # warped in training
+    m.eval()
+    assert torch.equal(m.model.front(wave, n)[0], ref)
