@@ -97,6 +97,8 @@ def _lock(run_dir: Path) -> int | None:
         except BlockingIOError:
             os.close(fd)
             return None
+        except OSError:  # a file system without locks (some network mounts): the checkpoint check still holds
+            return fd
         try:  # the holder that released it may have removed the file meanwhile: lock the file that is there
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
