@@ -161,7 +161,7 @@ def test_the_next_run_of_a_folder_removes_the_partial_files_a_killed_run_left(tm
 def test_a_stop_before_the_first_save_leaves_no_new_folder(tmp_path):
     from zoo.core import runlock
 
-    new, kept = tmp_path / "new", tmp_path / "kept"
+    new, kept = tmp_path / "outputs" / "task" / "new", tmp_path / "kept"
     for folder in (new, kept):
         runlock.claim(folder, resuming=False)
         (folder / ".hydra").mkdir()
@@ -169,4 +169,4 @@ def test_a_stop_before_the_first_save_leaves_no_new_folder(tmp_path):
     (kept / "checkpoints" / "last.ckpt").write_bytes(b"weights")
     runlock.discard_new_folders()
     runlock.release_all()
-    assert not new.exists() and (kept / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "outputs").exists() and (kept / "checkpoints" / "last.ckpt").is_file()

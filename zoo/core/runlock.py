@@ -12,12 +12,13 @@ from __future__ import annotations
 import atexit
 import os
 from pathlib import Path
+from typing import Any
 
 from zoo.errors import ZooError
 
 LOCK = ".zoo.lock"
 _held: dict[Path, int] = {}  # run dir -> the open, flock'ed lock file
-_made: set[Path] = set()  # run dirs this process created to hold them: removed at exit if nothing else came
+_made: dict[Path, list[Path]] = {}  # run dir -> the folders this process created for it (it and new parents)
 
 
 def claim(run_dir: Path, resuming: bool) -> None:
@@ -87,8 +88,9 @@ def _lock(run_dir: Path) -> int | None:
     import fcntl
 
     if not run_dir.is_dir():
+        new = [run_dir, *[p for p in run_dir.parents if not p.exists()]]  # deepest first
         run_dir.mkdir(parents=True, exist_ok=True)
-        _made.add(run_dir)
+        _made[run_dir] = new
     path = run_dir / LOCK
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -152,6 +154,15 @@ def discard_new_folders() -> None:
     for run_dir in list(_made):
         if run_dir.is_dir() and not any(run_dir.rglob("*.ckpt")):
             shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_empty(_made[run_dir][1:])
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; a folder another run put something in stays
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _release(run_dir: Path, fd: int) -> None:
@@ -160,14 +171,11 @@ def _release(run_dir: Path, fd: int) -> None:
     except OSError:
         pass
     os.close(fd)
-    if run_dir in _made:
-        try:
-            run_dir.rmdir()  # only when empty: a run that stopped before Hydra wrote anything
-        except OSError:
-            pass
+    if run_dir in _made:  # only when empty: a run that stopped before Hydra wrote anything
+        _remove_empty(_made[run_dir])
 
 
-def claim_for(cfg: object, multirun: bool, overrides: list[str]) -> None:
+def claim_for(cfg: Any, multirun: bool, overrides: list[str]) -> None:
     """`claim` for the folder a `zoo train` command is about to write: the run's (`hydra.run.dir`), or with -m the
     sweep's (`hydra.sweep.dir`, whose trial folders are checked for checkpoints). Only the run's one writer (global
     rank 0) holds it; a launcher's restart of its own job (torchrun, SLURM: the job id names the folder) resumes."""
