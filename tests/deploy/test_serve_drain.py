@@ -40,9 +40,12 @@ def _png(side: int, mode: str = "L") -> bytes:
     return buf.getvalue()
 
 
-def _post(port: int, body: bytes) -> tuple[int, dict]:
+def _post(port: int, body: bytes, connected: threading.Barrier | None = None) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
+        if connected is not None:  # every client connected before the stop, however loaded the machine
+            conn.connect()
+            connected.wait(60)
         conn.request("POST", "/predict", body=body, headers={"content-type": "image/png"})
         r = conn.getresponse()
         return r.status, json.loads(r.read())
@@ -82,15 +85,18 @@ def test_a_stop_answers_every_request_it_accepted_and_a_slow_client_cannot_hold_
         big, small = _png(3000, "RGB"), _png(40)
         results: list = []
 
+        connected = threading.Barrier(21)
+
         def one(body: bytes) -> None:
             try:
-                results.append(_post(port, body))
+                results.append(_post(port, body, connected))
             except OSError as e:  # a reset: what the stop must never do
                 results.append((type(e).__name__, {}))
 
         threads = [threading.Thread(target=one, args=(big if i % 2 else small,)) for i in range(20)]
         for t in threads:
             t.start()
+        connected.wait(60)
         time.sleep(0.15)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
