@@ -40,7 +40,7 @@ def test_a_reproduction_of_a_copied_run_pins_none_of_its_paths(tmp_path):
                                       f"callbacks.model_checkpoint.dirpath='{original}/checkpoints'"])
     overrides, notes, _ = plan(record, [], copy)
     assert not [o for o in overrides if str(original) in o], overrides
-    assert not [n for n in notes if str(original) in n], notes
+    assert not [n for n in notes if str(original) in n or "dirpath" in n or "save_dir" in n], notes
     assert "task.module.arch=resnet10t" in overrides
 
 

@@ -141,9 +141,11 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
     check_overrides(base, sweeps=False)
     now = plain(compose(base))
     asked = {override_key(o) for o in user}
-    recorded = {k: v for k, v in flatten(record["config"]).items()
+    def settings(config: dict) -> dict[str, Any]:  # a run's values, less the folders it lives in
+        return {k: v for k, v in flatten(config).items()
                 if not is_location(k) and not (isinstance(v, str) and v.startswith(recorded_dir))}
-    pins, notes = pinned_values(recorded, flatten(now), asked)
+
+    pins, notes = pinned_values(settings(record["config"]), settings(now), asked)
     if record.get("resumed"):
         notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
                      "from it by more than a repeat would")
