@@ -1,4 +1,4 @@
-"""The linters the project declares (pyproject.toml): ruff, the import-linter contracts, and no import cycles."""
+"""The linters the project declares (pyproject.toml): ruff, mypy, the import-linter contracts, no import cycles."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
 def test_ruff_is_clean():
     proc = _run(sys.executable, "-m", "ruff", "check", ".", "--output-format", "concise")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_mypy_is_clean():
+    """The type checker over zoo/ ([tool.mypy] in pyproject.toml: the files, the libraries it reads types from). Its
+    cache (.cache/mypy) makes a second run take seconds; the first one analyses torch and Lightning (about a minute)."""
+    proc = _run(sys.executable, "-m", "mypy")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "Success: no issues found" in proc.stdout
 
 
 def test_import_contracts_are_kept():

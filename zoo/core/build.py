@@ -16,7 +16,7 @@ log = logging.getLogger("zoo")
 
 def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = instantiate(cfg.task.data) if cfg.task.get("data") is not None else None
-    extra = datamodule.model_kwargs() if hasattr(datamodule, "model_kwargs") else {}
+    extra = datamodule.model_kwargs() if datamodule is not None and hasattr(datamodule, "model_kwargs") else {}
     module = instantiate(cfg.task.module, _convert_="all", **extra)
     if cfg.get("trainer") is not None and cfg.trainer.get("ema_decay") and not module.automatic_optimization:
         from zoo.core.callbacks import ema_refusal
@@ -77,8 +77,12 @@ def has_test_data(datamodule: Any, module: Any) -> bool:
 
 def load_module(cfg: DictConfig, ckpt_path: str) -> Any:
     from hydra.utils import get_class
+    from lightning.pytorch import LightningModule
 
     cls = get_class(cfg.task.module._target_)
+    if not issubclass(cls, LightningModule):
+        raise ZooError(f"task.module._target_={cfg.task.module._target_} is not a LightningModule; a checkpoint "
+                       "loads into the task's LightningModule class")
     try:
         module = cls.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
     except (RuntimeError, KeyError, TypeError, ValueError, AttributeError) as e:

@@ -99,7 +99,7 @@ class ZooMetadata(Callback):
     """
 
     def __init__(self, task: str, overrides: list[str], config: dict) -> None:
-        self.meta = {"task": task, "overrides": list(overrides), "config": config}
+        self.meta: dict[str, Any] = {"task": task, "overrides": list(overrides), "config": config}
         self.env: dict | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:

@@ -217,18 +217,20 @@ def _single_value(o: Any, sweeps: bool) -> str:
                        f"commas: {o.get_key_element()}='{o.input_line.partition('=')[2]}'")
     value = o.value()
     if isinstance(value, IntervalSweep):
-        low = int(value.start) if float(value.start).is_integer() else value.start
+        start = value.start
+        low = int(start) if start is not None and float(start).is_integer() else start
         return f"{o.get_key_element()}={low!r}"
     return f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
 
 
 def _append_search_group(overrides: list[str]) -> None:
     """`hparams_search=x` -> `+hparams_search=x` while train.yaml's defaults list has no `hparams_search` entry."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     for i, o in enumerate(overrides):
         if o.startswith("hparams_search="):
-            defaults = OmegaConf.load(CONFIG_DIR / "train.yaml").get("defaults", [])
+            loaded = OmegaConf.load(CONFIG_DIR / "train.yaml")
+            defaults = loaded.get("defaults", []) if isinstance(loaded, DictConfig) else []
             listed = any(isinstance(d, dict) and "hparams_search" in d or
                          hasattr(d, "keys") and "hparams_search" in d.keys() for d in defaults)
             if not listed:

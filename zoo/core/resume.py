@@ -37,7 +37,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     that would fail (another task's run, a corrupt file) must not touch that run's files.
     """
     value = override_value(overrides, "ckpt_path")
-    if value in (None, "", "null", "None"):
+    if value is None or value in ("", "null", "None"):
         return overrides
     from zoo.core.checkpoint import checkpoint_task, find_last, load_checkpoint
 
@@ -48,10 +48,11 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     else:
         path = Path(value).expanduser()
         if path.is_dir():
-            ckpt = find_last(path)
-            if ckpt is None:
+            found = find_last(path)
+            if found is None:
                 raise ZooError(f"{path} holds no checkpoints/last.ckpt; point ckpt_path at a run directory "
                                "or a .ckpt file")
+            ckpt = found
         else:
             ckpt = path
     saved = load_checkpoint(ckpt)  # fails early, in one line, on a missing or corrupt file

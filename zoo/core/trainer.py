@@ -239,7 +239,7 @@ def zoo_callbacks(tcfg: DictConfig, kwargs: dict[str, Any], callbacks: list) -> 
     return extra
 
 
-def prepare_module(module: Any, tcfg: DictConfig) -> Any:
+def prepare_module(module: Any, tcfg: DictConfig | dict[str, Any]) -> Any:
     """channels_last and torch.compile switches, applied to the module before fit."""
     from zoo.core.compile import compile_mode, compile_networks
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from zoo.errors import ZooError
@@ -37,11 +38,12 @@ def check_types(parsed: list, base: Any, groups: tuple[str, ...]) -> None:
         if rule is None:
             continue
         value = o.value()
+        values: list[Any]
         if isinstance(value, IntervalSweep):  # Hydra reads interval bounds as floats: 16.0 fits an integer key
-            values = [int(v) if isinstance(default, int) and float(v).is_integer() else v
+            values = [int(v) if isinstance(default, int) and v is not None and float(v).is_integer() else v
                       for v in (value.start, value.end)]
         else:
-            values = value.list if isinstance(value, ChoiceSweep) else \
+            values = list(value.list) if isinstance(value, ChoiceSweep) else \
                 [value.start, value.step] if isinstance(value, RangeSweep) else [value]
         for v in values:
             if v is None or isinstance(v, rule[0]) and not (rule[0] != (bool,) and isinstance(v, bool)):
@@ -74,7 +76,7 @@ def check_optimizers(cfg: Any) -> None:
                                f"(see `python -m zoo train --cfg job`)") from None
             return
         for k in node.keys():
-            walk(node._get_node(k), f"{path}.{k}")  # the raw node: no interpolation is resolved on the way
+            walk(node._get_node(k), f"{path}.{str(k)}")  # the raw node: no interpolation is resolved on the way
 
     task = cfg.get("task")
     if isinstance(task, DictConfig) and isinstance(task.get("module"), DictConfig):
@@ -96,7 +98,7 @@ def check_batch_sizes(cfg: Any) -> None:
 TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay", "compile_mode")
 
 
-def check_trainer(cfg: Any, parsed: list = ()) -> None:
+def check_trainer(cfg: Any, parsed: Sequence[Any] = ()) -> None:
     """The composed `trainer` node, and every value of a sweep over one of TRAINER_KEYS (e.g. precision=16,17)."""
     from hydra.core.override_parser.types import ChoiceSweep
     from omegaconf import DictConfig, OmegaConf
@@ -268,7 +270,7 @@ def check_choices(cfg: Any, key: str, values: list) -> None:
                 trial.task.module.pretrained = False
         try:
             data = instantiate(trial.task.data) if trial.task.get("data") is not None else None
-            extra = data.model_kwargs() if hasattr(data, "model_kwargs") else {}
+            extra = data.model_kwargs() if data is not None and hasattr(data, "model_kwargs") else {}
             instantiate(trial.task.module, _convert_="all", **extra)
         except Exception as e:  # noqa: BLE001 - a task refuses a value with a ZooError, a TypeError, a ValueError...
             why = one_line(e) if isinstance(e, ZooError) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"

@@ -101,6 +101,8 @@ def server_class(uvicorn: Any, drain: Drain, ready_line: str) -> type:
 
     class Server(uvicorn.Server):
         how = "SIGTERM"
+        should_exit: bool  # uvicorn's own flags (uvicorn reaches here as a module argument, untyped)
+        force_exit: bool
 
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)

@@ -78,7 +78,8 @@ def split_arguments(rest: list[str]) -> tuple[Path, list[str]]:
     flags = [a for a in rest if a.startswith("-")]
     if flags:
         raise ZooError(f"`zoo reproduce` takes a run folder or checkpoint and key=value overrides, not {flags[0]}")
-    given = positional[:1] or ([override_value(rest, "ckpt_path")] if override_value(rest, "ckpt_path") else [])
+    named = override_value(rest, "ckpt_path")
+    given = positional[:1] or ([named] if named else [])
     if len(positional) > 1 or not given:
         raise ZooError("`zoo reproduce` needs one run: python -m zoo reproduce outputs/<task>/<run> (or its "
                        "checkpoints/last.ckpt) [reproduce.tolerance=0.03] [other overrides]")
@@ -91,6 +92,7 @@ def read_record(source: Path) -> tuple[Path, dict]:
     The newest checkpoint is the run's own record (a resumed run's last overrides); config.yaml stands in without."""
     from zoo.core.checkpoint import checkpoint_task, load_checkpoint
 
+    ckpt_file: Path | None
     if source.is_file():
         ckpt_file = source.resolve()
         run = ckpt_file.parent.parent if ckpt_file.parent.name == "checkpoints" else ckpt_file.parent
@@ -105,7 +107,7 @@ def read_record(source: Path) -> tuple[Path, dict]:
     if ckpt_file is not None:
         ckpt = load_checkpoint(ckpt_file)
         zoo = ckpt["zoo"] if "zoo" in ckpt else {}
-        record = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": list(zoo.get("overrides", [])),
+        record: dict[str, Any] = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": list(zoo.get("overrides", [])),
                   "config": zoo.get("config") or saved.get("config") or {}, "env": zoo.get("env")}
     elif saved:
         record = {"task": saved["config"]["task"]["name"], "overrides": list(saved.get("overrides", [])),
@@ -124,7 +126,8 @@ def _run_config(run: Path) -> dict:
     from omegaconf import OmegaConf
 
     path = run / "config.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}  # type: ignore[return-value]
+    loaded = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
+    return loaded if isinstance(loaded, dict) else {}  # a config.yaml that holds no mapping is no run's
 
 
 def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str], dict]:

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from omegaconf import DictConfig
 
@@ -126,7 +127,7 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
         stopped(cfg, stopped_by(e) or "SIGTERM", in_search, sweep)
 
 
-def stopped(cfg: DictConfig, how: str, in_search: bool, sweep: str | None = None) -> None:
+def stopped(cfg: DictConfig, how: str, in_search: bool, sweep: str | None = None) -> NoReturn:
     """SIGTERM or Ctrl-C ended the run: what was kept and how to go on (for a sweep: how to finish all of it), one
     line; exit 143 / 130."""
     from zoo.core.rank_watch import resume_hint
@@ -168,6 +169,8 @@ def _train_child(config_file: Path) -> None:
 
 
     saved = OmegaConf.load(config_file)
+    if not isinstance(saved, DictConfig):  # written by save_run_config as a mapping; anything else is not a run's
+        raise ZooError(f"{config_file} is not a zoo run config (a mapping with config, overrides, resume)")
     cfg = saved.config
     try:  # rank 0's checkpoint, also when it found one itself (a restarted job's last.ckpt)
         train(cfg, list(saved.overrides), saved.get("resume", cfg.get("ckpt_path")))
