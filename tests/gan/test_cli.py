@@ -108,6 +108,16 @@ def test_bad_input_is_one_line(trained, tmp_path):
 
 
 @pytest.mark.slow
+def test_compile_with_the_gradient_penalty_is_one_line_before_lightning_starts(run_zoo, tmp_path):
+    proc = run_zoo("train", *FAST, "task.module.loss=wgan_gp", "trainer.compile=true")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("zoo: error:")]
+    assert len(errors) == 1 and "no double backward" in errors[0], proc.stdout[-2000:]
+    assert "GPU available" not in proc.stdout and "Traceback" not in proc.stdout
+    assert not (tmp_path / "outputs" / "gan").exists()  # the refused run left no folder
+
+
+@pytest.mark.slow
 def test_ddp_cpu_two_ranks(tmp_path, run_zoo):
     proc = run_zoo("train", *FAST, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
                    "trainer.limit_train_batches=2", "trainer.limit_val_batches=2", "trainer.limit_test_batches=1",

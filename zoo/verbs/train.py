@@ -204,13 +204,14 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+    # before the trainer: a task that refuses torch.compile says so before Lightning's device lines
+    fit_module = prepare_module(module, cfg.trainer)
     try:  # what zoo.core.validate does not check up front (a new Lightning setting) still ends in one line
         trainer = build_trainer(cfg, callbacks, loggers)
     except (MisconfigurationException, ValueError, TypeError) as e:
         first = " ".join(str(e).split())[:300]
         raise ZooError(f"Lightning refused the trainer settings ({first}); see them with "
                        "`python -m zoo train --cfg job`") from None
-    fit_module = prepare_module(module, cfg.trainer)
 
     try:
         trainer.fit(fit_module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
