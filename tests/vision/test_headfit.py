@@ -219,3 +219,26 @@ def test_the_checkpoint_kept_matches_the_line_and_carries_the_tta_choice(tmp_pat
     with torch.no_grad():
         want = (loaded.model(x) + loaded.model(x.flip(-1))) / 2
         assert torch.allclose(loaded(x), want)
+
+
+def test_cache_augmented_keeps_augmentation_and_every_photo_in_every_epoch(tmp_path):
+    from PIL import Image
+
+    from vision.data import ImageDataModule
+
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (tmp_path / split / c).mkdir(parents=True)
+            for i in range(5):
+                Image.effect_noise((80, 80), 60 + i).convert("RGB").save(tmp_path / split / c / f"{i}.png")
+    kw = dict(root=str(tmp_path), arch=ARCH, image_size=64, batch_size=4, num_workers=0, pretrained=False,
+              cache_features=True)
+    plain = ImageDataModule("imagefolder", **kw)
+    assert not plain.augment  # cached features stand for fixed inputs
+    dm = ImageDataModule("imagefolder", cache_augmented=True, **kw)
+    dm.trainer = pl.Trainer(accelerator="cpu", logger=False)
+    dm.setup("fit")
+    assert dm.augment and not dm.train_dataloader().drop_last
+    torch.manual_seed(0)
+    first, second = dm.train_set[0][0], dm.train_set[0][0]
+    assert dm.train_set[0][2] == 0 and not torch.equal(first, second)  # a new random view each time
