@@ -55,6 +55,8 @@ def stopped_by(exc: BaseException) -> str | None:
 
 
 def exit_stopped(how: str, hint: str = "") -> NoReturn:
+    # the stop is under way: a second Ctrl-C (or one that a library re-delivers) must not cut its exit short
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"zoo: stopped by {how}" + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)
     sys.exit(EXIT_CODES[how])
 
