@@ -127,8 +127,8 @@ def check_dims(model: Any, dims: dict[str, int], where: str) -> None:
         theirs = ", ".join(f"{k}={v}" for k, v in dims.items())
         ours = ", ".join(f"{k}={v}" for k, v in own.items())
         raise ZooError(f"{OPTION}: {where} holds a Whisper encoder of {theirs}, this run builds {ours}; set "
-                       "task.module.model to the weights' size (tiny.en: task.module.model={size: tiny}) or give "
-                       "weights of this size")
+                       "the model to the weights' size (tiny.en is the default: drop the size, d_model, layers, heads "
+                       "and ffn overrides of task.module.model) or give weights of this size")
 
 
 def read_source(value: str, model: Any) -> tuple[dict[str, torch.Tensor], list[str], str]:

@@ -20,7 +20,7 @@ MODELS: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "conformer_s": (ConformerCTC, {"d_model": 144, "layers": 16, "heads": 4, "ffn": 576, "kernel": 31}),
     "conformer_xs": (ConformerCTC, {"d_model": 96, "layers": 4, "heads": 4, "ffn": 384, "kernel": 15}),
     # Whisper's encoder on its own 80-bin log-Mel front end (16 kHz waveform in; the task's n_mels is not used):
-    # tiny.en's sizes, or task.module.model={size: base} / {d_model: .., layers: .., heads: .., ffn: ..}
+    # tiny.en's sizes, or task.module.model.size=base / d_model, layers, heads, ffn there
     "whisper": (WhisperCTC, {"size": "tiny", "n_mels": 80}),
 }
 
