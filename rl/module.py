@@ -73,8 +73,8 @@ class PPO(LightningModule):
         self._check_hparams()
         self.spec = describe_env(self.env_cfg["id"], self.env_cfg["kwargs"])  # fails early on bad ids/spaces
         _check_action_type(self.env_cfg, self.spec)
-        self.agent = build_agent(arch, self.spec, list(hidden_sizes), activation, pi_hidden_sizes, vf_hidden_sizes,
-                                 ortho_init, log_std_init)
+        self.agent = build_agent(arch, self.spec, hidden_sizes and list(hidden_sizes), activation, pi_hidden_sizes,
+                                 vf_hidden_sizes, ortho_init, log_std_init)
         self.collector = Collector(self.env_cfg, self.spec, gamma, bootstrap_truncated)
         self.update = 0  # PPO updates done (checkpointed)
         self.world = 1

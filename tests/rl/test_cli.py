@@ -130,3 +130,28 @@ def test_ddp_two_cpu_processes(run_zoo, tmp_path: Path) -> None:
 def test_bad_input_is_one_line(run_zoo, override: str, message: str) -> None:
     p = run_zoo("train", *SHORT, override)
     assert p.returncode == 2 and message in p.stdout and "Traceback" not in p.stdout
+
+
+HOPPER = ["experiment=rl_hopper", "logger=csv", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
+          "task.module.num_steps=64", "task.module.num_minibatches=2", "task.module.update_epochs=1",
+          "task.module.total_timesteps=512", "task.module.eval_every=4", "task.module.eval_episodes=2",
+          "task.module.video=false"]
+
+
+def test_hopper_sigterm_resume_keeps_the_normaliser_then_test_and_export(run_zoo, tmp_path: Path) -> None:
+    pytest.importorskip("mujoco")
+    # 2 optimizer steps per update: the SIGTERM after step 10 lands after update 5 of 8.
+    p = run_zoo("train", *HOPPER, "test_after_fit=false", SIGTERM_AT, "+callbacks.sigterm.step=10", timeout=600)
+    assert p.returncode == 143, p.stdout[-3000:]
+    run = run_dirs(tmp_path, "rl/ppo")[0]
+    last = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)["rl"]
+    assert saved["update"] == 5 and 320 < float(saved["normalization"]["obs_rms"]["count"]) < 330
+    r = run_zoo("train", f"ckpt_path={run}", check=True, timeout=600)
+    norm = torch.load(last, weights_only=True)["rl"]["normalization"]
+    # Restored, then updated by the 3 remaining rollouts: more observations than the resumed part alone saw.
+    assert float(norm["obs_rms"]["count"]) > 512 and float(norm["reward_rms"]["count"]) > 512, r.stdout[-2000:]
+    t = run_zoo("test", f"ckpt_path={last}", check=True)
+    assert '"test/return"' in t.stdout
+    e = run_zoo("export", f"ckpt_path={last}", check=True)
+    assert "parity fp32" in e.stdout and "agreement 1.0000" in e.stdout, e.stdout[-2000:]
