@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes.util
 import difflib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from zoo.errors import ZooError
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_ACTIONS = "Discrete and Box (continuous)"
 _ATARI_REGISTERED = False
@@ -68,7 +71,7 @@ def prepare_mujoco() -> None:
     fails to load, MuJoCo is imported again without it (training works, videos say why they are missing). A
     MUJOCO_GL the user set is kept, and a backend that fails to load is one line."""
     if "mujoco" in sys.modules:
-        return
+        return _route_mujoco_warnings()
     chosen = not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY") and ctypes.util.find_library("EGL")
     if chosen:
         os.environ["MUJOCO_GL"] = "egl"
@@ -85,6 +88,15 @@ def prepare_mujoco() -> None:
                            "MUJOCO_GL, or install that backend (osmesa: the Debian package libosmesa6; egl: "
                            "libegl1)") from None
         import mujoco  # noqa: F401
+    _route_mujoco_warnings()
+
+
+def _route_mujoco_warnings() -> None:
+    """MuJoCo's warnings (gymnasium's own models use a deprecated attribute) into the log at debug level: by
+    default MuJoCo prints them and appends them to MUJOCO_LOG.TXT in the user's working folder."""
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda msg: log.debug("MuJoCo: %s", msg))
 
 
 MUJOCO_MISSING = "needs the MuJoCo simulator, which is not installed: pip install 'mujoco>=3.1,<4'"

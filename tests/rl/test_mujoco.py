@@ -187,3 +187,11 @@ def test_video_renders_off_screen_where_egl_loads() -> None:
     if "no video" in p.stderr:
         pytest.skip(f"EGL present but cannot render here: {p.stderr.strip().splitlines()[-1]}")
     assert "FRAMES ((5, 240, 240, 3)" in p.stdout, p.stderr[-2000:]
+
+
+def test_mujoco_warnings_go_to_the_log_not_a_file_in_the_working_folder(tmp_path: Path, monkeypatch) -> None:
+    from rl.envs import make_single
+
+    monkeypatch.chdir(tmp_path)
+    make_single("HalfCheetah-v5").close()  # gymnasium's model uses an attribute MuJoCo 3.x warns about
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
