@@ -71,7 +71,9 @@ def prepare_mujoco() -> None:
     fails to load, MuJoCo is imported again without it (training works, videos say why they are missing). A
     MUJOCO_GL the user set is kept, and a backend that fails to load is one line."""
     if "mujoco" in sys.modules:
-        return _route_mujoco_warnings()
+        if sys.modules["mujoco"] is not None:  # None: an import that is known to fail
+            _route_mujoco_warnings()
+        return
     chosen = not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY") and ctypes.util.find_library("EGL")
     if chosen:
         os.environ["MUJOCO_GL"] = "egl"
