@@ -4,11 +4,8 @@ the test as save_pretrained writes a real one, so everything runs offline."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 
 from speech.models import list_models
@@ -83,24 +80,13 @@ def test_bad_sources_are_one_line(tiny, tmp_path):
     assert {"wav2vec2", "hubert", "wavlm", "bilstm_small"} <= set(list_models())
 
 
-def _corpus(root: Path) -> list[str]:
-    """Tone bursts at 8 kHz standing in for speech ('one' 440 Hz, 'two' 880 Hz); the model reads 16 kHz."""
-    rows = []
-    for i in range(8):
-        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
-        sf.write(root / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
-        rows.append({"audio_filepath": f"{i}.wav", "text": ["one", "two"][i % 2]})
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return [f"task.data.train_manifest={root / 'train.jsonl'}", f"task.data.val_manifest={root / 'train.jsonl'}"]
-
-
 @pytest.mark.slow
-def test_train_resume_test_predict_export_bench(run_zoo, tmp_path, tiny):
+def test_train_resume_test_predict_export_bench(run_zoo, tmp_path, tiny, tone_manifest):
     """The tiny encoder through every verb: fine-tune from its folder, resume, test, predict, ONNX export (encoder
     and CTC head in one graph, waveform in) with parity, and bench."""
     env = {"OMP_NUM_THREADS": "1"}
     args = ["experiment=speech_wav2vec2_finetune", f"task.module.pretrained={tiny['wav2vec2']}",
-            "task.data.batch_size=4", "logger=csv", *_corpus(tmp_path)]
+            "task.data.batch_size=4", "logger=csv", *tone_manifest]
     run_zoo("train", *TINY, *args, check=True, env=env)
     run = run_dirs(tmp_path, "speech/ctc")[-1]
     saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)

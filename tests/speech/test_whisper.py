@@ -117,15 +117,18 @@ def test_ct2_mapping_equals_transformers_and_a_wrong_mapping_fails(tmp_path):
         assert _parity(wrong, enc) > 1e-2, bad
 
 
-def test_batch_equals_alone():
-    torch.manual_seed(0)
-    model = WhisperCTC(len(VOCAB), **TINY).eval()
+def _batched_and_alone(model: WhisperCTC):
+    """The model's outputs for a 1 s and a 0.44 s utterance batched together, and for the shorter one alone."""
     a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
     batch = torch.zeros(2, 16000)
     batch[0], batch[1, :7000] = a, b
     with torch.no_grad():
-        both, lengths = model(batch, torch.tensor([16000, 7000]))
-        alone, n = model(b[None], torch.tensor([7000]))
+        return model(batch, torch.tensor([16000, 7000])), model(b[None], torch.tensor([7000]))
+
+
+def test_batch_equals_alone():
+    torch.manual_seed(0)
+    (both, lengths), (alone, n) = _batched_and_alone(WhisperCTC(len(VOCAB), **TINY).eval())
     assert lengths.tolist() == [50, 22] and int(n[0]) == 22
     assert torch.allclose(both[1, :22], alone[0], atol=1e-5)
 
@@ -185,13 +188,7 @@ def test_packaged_tiny_en_loads_every_encoder_tensor():
 
 def test_rnn_head_batch_invariant_and_voice_augment_in_training_only():
     torch.manual_seed(0)
-    model = WhisperCTC(len(VOCAB), **TINY, rnn_head=8).eval()
-    a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
-    batch = torch.zeros(2, 16000)
-    batch[0], batch[1, :7000] = a, b
-    with torch.no_grad():
-        both, _ = model(batch, torch.tensor([16000, 7000]))
-        alone, _ = model(b[None], torch.tensor([7000]))
+    (both, _), (alone, _) = _batched_and_alone(WhisperCTC(len(VOCAB), **TINY, rnn_head=8).eval())
     assert both.shape[-1] == len(VOCAB) and torch.allclose(both[1, :22], alone[0], atol=1e-5)
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, voice={"vtlp": 0.2})
     wave, n = torch.randn(1, 8000) * 0.1, torch.tensor([8000])

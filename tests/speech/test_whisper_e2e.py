@@ -12,9 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 
 from zoo.testing import SIGTERM_AT, TINY, run_dirs, zoo_env
@@ -23,19 +21,6 @@ pytestmark = pytest.mark.slow
 ENV = {"OMP_NUM_THREADS": "1"}
 WHISPER = [*TINY, "experiment=speech_whisper_finetune", "task.module.pretrained=false", "logger=csv",
            "task.module.model={d_model: 16, layers: 1, heads: 2, ffn: 32}", "task.data.batch_size=2"]
-
-
-def _corpus(root: Path) -> list[str]:
-    """Tone bursts at 8 kHz standing in for speech ('one' 440 Hz, 'two' 880 Hz); the model reads 16 kHz."""
-    rows = []
-    for i in range(8):
-        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
-        sf.write(root / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
-        rows.append({"audio_filepath": f"{i}.wav", "text": ["one", "two"][i % 2]})
-    t = np.arange(8000) / 16000
-    sf.write(root / "wide.wav", (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000)
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return [f"task.data.train_manifest={root / 'train.jsonl'}", f"task.data.val_manifest={root / 'train.jsonl'}"]
 
 
 def _serve_once(ckpt: Path, cwd: Path, files: list[Path]) -> list[dict]:
@@ -71,8 +56,8 @@ def _serve_once(ckpt: Path, cwd: Path, files: list[Path]) -> list[dict]:
             proc.wait()
 
 
-def test_whisper_sigterm_mid_epoch_and_resume(run_zoo, tmp_path):
-    args = [*WHISPER, *_corpus(tmp_path), "trainer.max_epochs=2", "task.module.freeze_encoder_epochs=1",
+def test_whisper_sigterm_mid_epoch_and_resume(run_zoo, tmp_path, tone_manifest):
+    args = [*WHISPER, *tone_manifest, "trainer.max_epochs=2", "task.module.freeze_encoder_epochs=1",
             "test_after_fit=false"]
     # trainer=debug: 3 batches an epoch; SIGTERM after step 4 is mid-way through the second (unfrozen) epoch
     stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=4", env=ENV)
@@ -90,8 +75,8 @@ def test_whisper_sigterm_mid_epoch_and_resume(run_zoo, tmp_path):
     assert any(not torch.equal(after["state_dict"][k], v) for k, v in stopped_at.items())  # the encoder trains
 
 
-def test_whisper_train_test_predict_export_serve_bench_reproduce(run_zoo, tmp_path):
-    data = _corpus(tmp_path)
+def test_whisper_train_test_predict_export_serve_bench_reproduce(run_zoo, tmp_path, tone_manifest):
+    data = tone_manifest
     run_zoo("train", *WHISPER, *data, "trainer.max_epochs=2", "task.module.freeze_encoder_epochs=1", check=True,
             env=ENV)
     (run,) = run_dirs(tmp_path, "speech/ctc")

@@ -19,12 +19,7 @@ from zoo.kit.optim import warmup_schedule
 ARCH = "resnet10t"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/vision/conftest.py
 
 
 def views(photos: int, v: int, d: int, classes: int, signal: float, noise: float, seed: int = 0,

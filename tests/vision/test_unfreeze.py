@@ -18,13 +18,7 @@ from zoo.kit.optim import warmup_schedule
 ARCH = "resnet10t"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On a busy 2-core machine torch's second thread spins: a 16 px step took 3.6 s with 2 threads, 0.07 s with 1."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/vision/conftest.py
 
 
 @pytest.fixture()
