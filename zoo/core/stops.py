@@ -58,6 +58,15 @@ def exit_stopped(how: str, hint: str = "") -> NoReturn:
     # the stop is under way: a second Ctrl-C (or one that a library re-delivers) must not cut its exit short
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"zoo: stopped by {how}" + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)
+    if how == "Ctrl-C":
+        # CPython ends the process by SIGINT (status -2, not 130) once a KeyboardInterrupt has passed through a
+        # nested PyRun_* call (pybind11's exec), even when it was handled since: seen on a stopped ONNX export.
+        # The clean-up has run by now (finally blocks, Lightning's save on stop); flush the logs and leave.
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(EXIT_CODES[how])
     sys.exit(EXIT_CODES[how])
 
 
