@@ -195,7 +195,7 @@ def load(module: Any, value: Any) -> dict | None:
     if kind in ("auto", "package"):
         where = f"package {REQUIREMENT.split('>')[0]} (Whisper tiny.en, {where})"
     own = module.model.state_dict()
-    loadable, report = match_weights(own, weights, where, "Whisper encoder", fresh=("head.", "rnn."))
+    loadable, report = match_weights(own, weights, where, "Whisper encoder", fresh=("head.", "rnn.", "mix"))
     with torch.no_grad():
         module.model.load_state_dict(loadable, strict=False)
     report["unused"] = sorted(set(report["unused"]) | set(unused))

@@ -89,6 +89,13 @@ class Encoder(nn.Module):
 
     def forward(self, feats: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, n_mels, F) + frames (B,) -> (B, T, d_model) with T = ceil(F / 2), and T per utterance."""
+        states, out = self.states(feats, frames, (len(self.layers),))
+        return states[0], out
+
+    def states(self, feats: torch.Tensor, frames: torch.Tensor,
+               taps: tuple[int, ...]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The outputs of transformer layers `taps` (1-based, ascending; the last layer's through the final norm),
+        and T per utterance. Layers above the highest tap are not run."""
         if feats.shape[-1] > 2 * MAX_POSITIONS:
             raise ZooError(f"audio of {feats.shape[-1] * HOP / RATE:.1f}s is longer than Whisper's 30 s (its "
                            f"position table holds {MAX_POSITIONS} positions); split it into pieces under 30 s")
@@ -98,9 +105,12 @@ class Encoder(nn.Module):
         out = torch.div(frames + 1, 2, rounding_mode="floor")
         x = x + self.embed_positions.weight[: x.shape[1]]
         keep = torch.arange(x.shape[1], device=x.device)[None, :] < out[:, None]
-        for layer in self.layers:
+        found = []
+        for i, layer in enumerate(self.layers[: max(taps)], 1):
             x = layer(x, keep)
-        return self.layer_norm(x), out
+            if i in taps:
+                found.append(self.layer_norm(x) if i == len(self.layers) else x)
+        return found, out
 
 
 class WhisperCTC(nn.Module):
@@ -110,7 +120,8 @@ class WhisperCTC(nn.Module):
 
     def __init__(self, vocab_size: int, size: str = "tiny", n_mels: int = 80, d_model: int | None = None,
                  layers: int | None = None, heads: int | None = None, ffn: int | None = None,
-                 dropout: float = 0.0, head_dropout: float = 0.1, rnn_head: int = 0) -> None:
+                 dropout: float = 0.0, head_dropout: float = 0.1, rnn_head: int = 0,
+                 feature_layers: list[int] | None = None, silence_tail: float = 0.0) -> None:
         super().__init__()
         if size not in SIZES:
             raise ZooError(f"whisper size {size!r}: choose one of {', '.join(SIZES)} (or give d_model, layers, "
@@ -121,22 +132,46 @@ class WhisperCTC(nn.Module):
         self.front = WhisperLogMel(n_mels)
         self.augment: nn.Module | None = None  # SpecAugment on the features, training only (set by the module)
         self.encoder = Encoder(n_mels, dims["d_model"], dims["layers"], dims["heads"], dims["ffn"], dropout)
+        # feature_layers: the head reads a learned softmax-weighted sum of these layers' outputs (each normalised),
+        # as SUPERB's probes do: Whisper's middle layers carry the word with less of the speaker than its last one
+        # (docs/speech.md). None: the last layer alone.
+        taps = sorted(set(feature_layers or [dims["layers"]]))
+        if taps[0] < 1 or taps[-1] > dims["layers"]:
+            raise ZooError(f"task.module.model.feature_layers={list(feature_layers or [])}: this encoder has layers "
+                           f"1-{dims['layers']}")
+        self.taps = tuple(taps)
+        # silence_tail: seconds of silence appended to every clip. Whisper heard each clip followed by silence (its
+        # 30 s padding); a clip cut tight at the word's end is heard better with some of it (docs/speech.md).
+        if not 0.0 <= silence_tail <= 5.0:
+            raise ZooError(f"task.module.model.silence_tail={silence_tail}: give seconds in [0, 5]")
+        self.tail = int(round(silence_tail * RATE))
+        self.mix = nn.Parameter(torch.zeros(len(taps))) if len(taps) > 1 else None
         self.head_dropout = nn.Dropout(head_dropout)
         # rnn_head > 0: a BiGRU of that width between the encoder and the output layer (context for the CTC head)
         self.rnn = nn.GRU(dims["d_model"], rnn_head, batch_first=True, bidirectional=True) if rnn_head else None
         self.head = nn.Linear(2 * rnn_head if rnn_head else dims["d_model"], vocab_size)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.tail:  # zeros right after each clip's end (tensor ops only: the exported graph keeps it)
+            inside = torch.arange(wave.shape[1], device=wave.device)[None, :] < lengths[:, None]
+            wave, lengths = F.pad(wave * inside, (0, self.tail)), lengths + self.tail
         feats, frames = self.front(wave, lengths)
         if self.augment is not None:
             feats = self.augment(feats, frames)
-        x, out = self.encoder(feats, frames)
+        states, out = self.encoder.states(feats, frames, self.taps)
+        x = states[0] if self.mix is None else self._mixed(states)
         if self.rnn is not None:
             from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
             packed = pack_padded_sequence(x, out.cpu(), batch_first=True, enforce_sorted=False)
             x = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])[0]
         return self.head(self.head_dropout(x)), out
+
+    def _mixed(self, states: list[torch.Tensor]) -> torch.Tensor:
+        assert self.mix is not None
+        last = len(self.encoder.layers)
+        normed = [h if i == last else F.layer_norm(h, h.shape[-1:]) for i, h in zip(self.taps, states, strict=True)]
+        return torch.einsum("l,lbtd->btd", self.mix.softmax(0), torch.stack(normed))
 
     def freeze_encoder(self, frozen: bool = True) -> None:
         for p in self.encoder.parameters():
