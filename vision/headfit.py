@@ -143,6 +143,22 @@ def stack_views(features: dict[tuple, torch.Tensor], labels: dict[int, int]) -> 
     return feats.float(), torch.tensor([labels[i] for i in photos])
 
 
+def pack_views(features: dict[tuple, torch.Tensor], labels: dict[int, int]) -> dict[str, torch.Tensor]:
+    """The cached training views and their labels as plain tensors, for a checkpoint: a resumed run fits the head to
+    the views cached before the stop too, not only to those cached after it."""
+    keys = [k for k in features if k[0] == "train" and len(k) == 4]
+    photos = sorted(labels)
+    return {"keys": torch.tensor([k[1:] for k in keys], dtype=torch.long).view(-1, 3),
+            "feats": torch.stack([features[k] for k in keys]) if keys else torch.empty(0),
+            "photos": torch.tensor(photos, dtype=torch.long), "labels": torch.tensor([labels[i] for i in photos])}
+
+
+def unpack_views(state: dict[str, torch.Tensor]) -> tuple[dict[tuple, torch.Tensor], dict[int, int]]:
+    """pack_views' inverse: ({("train", photo, epoch, flip): pooled}, {photo: class})."""
+    features = {("train", *map(int, k)): f for k, f in zip(state["keys"].tolist(), state["feats"])}
+    return features, dict(zip(state["photos"].tolist(), state["labels"].tolist()))
+
+
 def check_options(head_fit: str, cache_features: bool, tta: bool | str, l2_grid: list[float] | None,
                   l2_folds: int) -> None:
     """Bad values of the head-fit options, each in one line naming the fix."""

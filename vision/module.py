@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from vision import finetune as ft
+from vision import frozen
 from vision import headfit as hf
 from vision.models import create_backbone, head_prefixes
 from zoo.errors import ZooError
@@ -46,6 +48,7 @@ class ImageClassifier(pl.LightningModule):
         l2_grid: list[float] | None = None,
         l2_folds: int = 5,
         tta: bool | str = False,
+        frozen_jit: bool = False,
         optimizer: Any = None,
         scheduler: Any = None,
     ) -> None:
@@ -80,6 +83,8 @@ class ImageClassifier(pl.LightningModule):
         self._samples: list[tuple] = []
         self._features: dict[tuple, torch.Tensor] = {}  # cache_features: (stage, sample index[, view]) -> pooled
         self._train_labels: dict[int, int] = {}  # head_fit=lbfgs: sample index -> class, for the fit
+        # frozen_jit: the frozen backbone as an inference graph (vision/frozen.py); in a dict, not a submodule
+        self._graph: dict[str, Any] = {}
         self.tta_flip = tta is True  # head_fit=lbfgs with tta=auto decides at each fit; checkpoints keep it
         self.phases = ft.PhaseLog()  # val acc per epoch and phase, for the line that says which one was kept
 
@@ -124,10 +129,28 @@ class ImageClassifier(pl.LightningModule):
             x = images[todo].flip(-1) if flip else images[todo]
             with torch.no_grad():
                 self.model.eval()  # no dropout in what is cached
-                pooled = self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+                pooled = self._frozen_forward(x)
                 self.train(self.training)  # back, with the frozen backbone's BatchNorm rule
             self._features.update({keys[j]: f for j, f in zip(todo, pooled)})
         return torch.stack([self._features[k] for k in keys])
+
+    def _frozen_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled features of the frozen backbone (in eval mode); with frozen_jit, through a graph built at the first
+        batch and kept until the backbone may change (`drop_graph`)."""
+        if self.hparams.frozen_jit and frozen.usable(x):
+            if "fn" not in self._graph and not frozen.modes_active():
+                self._graph["fn"] = frozen.pooled_graph(self.model, x)  # None: eager from here on
+            if self._graph.get("fn") is not None:
+                out = self._graph["fn"](x)
+                if len(out) == len(x):
+                    return out
+                log.info("frozen backbone back in eager mode: its graph returned %d rows for %d", len(out), len(x))
+                self._graph["fn"] = None
+        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+
+    def drop_graph(self) -> None:
+        """The backbone's weights may change (it opens, a checkpoint is loaded): the graph's copies are stale."""
+        self._graph.clear()
 
     def _cache_views(self, batch: tuple) -> None:
         """head_fit=lbfgs, frozen epochs: this epoch's (augmented) view of each photo and its mirror image."""
@@ -161,13 +184,30 @@ class ImageClassifier(pl.LightningModule):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.fits_head() and batch_idx + 1 >= self.trainer.num_training_batches:
+            self._complete_views()
             self.fit_head()
+
+    def _complete_views(self) -> None:
+        """A run resumed mid-way through a cached epoch goes on with that epoch's remaining batches in a new shuffle,
+        so some photos get no view of it: they get one here, from the training set, before the fit (the views cached
+        before the stop came back with the checkpoint). Nothing to do in a run that was not stopped."""
+        epoch, loader = self.current_epoch, self.trainer.train_dataloader
+        missing = [i for i in sorted(self._train_labels) if ("train", i, epoch, 1) not in self._features]
+        dataset = getattr(loader, "dataset", None)
+        if not missing or dataset is None:
+            return
+        size = getattr(loader, "batch_size", None) or 32
+        for start in range(0, len(missing), size):
+            items = [dataset[i] for i in missing[start:start + size]]
+            x = torch.stack([item[0] for item in items]).to(self.device)
+            labels, idx = (torch.tensor([int(item[k]) for item in items]) for k in (1, 2))
+            self._cache_views(self.on_after_batch_transfer([x, labels, idx], 0))
 
     def fit_head(self) -> hf.HeadFit:
         """Fit the head to every cached view so far (L2 by cross-validation over the training photos)."""
         feats, labels = hf.stack_views(self._features, self._train_labels)
         hp = self.hparams
-        threads = torch.get_num_threads()
+        threads, start = torch.get_num_threads(), time.perf_counter()
         torch.set_num_threads(1)  # small matrices: a 2nd thread made the fits 3x slower on a loaded 2-core CPU
         try:
             fit = hf.fit_head(feats, labels, hp.num_classes, tuple(hp.l2_grid or hf.L2_GRID), hp.l2_folds)
@@ -179,7 +219,7 @@ class ImageClassifier(pl.LightningModule):
             classifier.bias.copy_(fit.bias.to(classifier.bias))
         if hp.tta == "auto":
             self.tta_flip = fit.flip_pays
-        line = f"epoch {self.current_epoch}: {fit.line(self.tta_flip)}"
+        line = f"epoch {self.current_epoch}: {fit.line(self.tta_flip)} ({time.perf_counter() - start:.1f} s)"
         if self.trainer.is_global_zero:
             print(f"zoo: {line}", flush=True)
         tb.log_text(self, "train/head_fit", line)
@@ -232,8 +272,9 @@ class ImageClassifier(pl.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self.train()  # re-applies the BatchNorm rule at the unfreeze boundary
-        if self._features and not self.backbone_frozen():
+        if not self.backbone_frozen():
             self._features.clear()  # the backbone trains from here: its cached features are stale
+            self.drop_graph()
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         factor = 1.0
@@ -244,6 +285,7 @@ class ImageClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------ epoch hooks
     def on_fit_start(self) -> None:
+        self.drop_graph()
         hp = self.hparams
         if hp.cache_features and hp.finetune == "gradual" and self.trainer.world_size > 1:
             # the cached epochs give the backbone no gradients, which DDP's reducer waits for
@@ -270,11 +312,18 @@ class ImageClassifier(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["vision_run"] = {"tta_flip": self.tta_flip, "phases": self.phases.entries}
+        if self._train_labels and self.fits_head():  # cached epochs: a resume fits the head to every view so far
+            checkpoint["vision_run"]["views"] = hf.pack_views(self._features, self._train_labels)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.drop_graph()
         state = checkpoint.get("vision_run", {})
         self.tta_flip = bool(state.get("tta_flip", self.tta_flip))
         self.phases.entries = [tuple(e) for e in state.get("phases", [])]
+        if "views" in state:
+            features, labels = hf.unpack_views(state["views"])
+            self._features.update(features)
+            self._train_labels.update(labels)
 
     def gradual_plan(self) -> str:
         """One line for the start of a gradual run: which epochs train what, on what."""
@@ -296,6 +345,7 @@ class ImageClassifier(pl.LightningModule):
                 f"rate{warm}, {bn}){aug}")
 
     def on_test_start(self) -> None:
+        self.drop_graph()
         datamodule = getattr(self.trainer, "datamodule", None)
         if getattr(datamodule, "test_is_val", False):
             line = ("test/* is measured on the validation images, which chose the checkpoint: not an independent "

@@ -53,14 +53,17 @@ def run_one(name: str, seed: int, work: Path, timeout: int, extra: list[str]) ->
     env = zoo_env(ZOO_OUTPUT_ROOT=str(out_root), HF_HUB_OFFLINE="1")
     print(f"$ HF_HUB_OFFLINE=1 {shown(cmd)}", flush=True)
     done = run(cmd, env=env, timeout=timeout)
+    (out_root / "console.txt").write_text(done.output)  # the run's zoo: lines (plan, head fits, kept checkpoint)
     files = sorted(out_root.rglob("metrics.csv"))
     val = csv_series(files[0]).get("val/acc", []) if files else []
     kept = re.search(r"zoo: kept checkpoint: epoch (\d+), ([a-z ]+) \(val acc ([\d.]+)\)", done.output)
     fits = re.findall(r"head fitted to .*?: L2 ([\d.e-]+) .*?flip TTA (on|off)", done.output)
+    fit_s = sum(float(s) for s in re.findall(r"head fitted to .*?flip TTA (?:on|off) \(([\d.]+) s\)", done.output))
     return {"name": name, "seed": seed, "status": done.status, "wall": done.wall, "cpu": done.cpu,
             "load": f"{done.load_before:.1f}->{done.load_after:.1f}", "val": val,
             "kept": (int(kept.group(1)), kept.group(2), float(kept.group(3))) if kept else None,
-            "fit": fits[-1] if fits else ("-", "-"), "test": done.metrics().get("test/acc"),
+            "fit": fits[-1] if fits else ("-", "-"), "fit_s": fit_s, "test": done.metrics().get("test/acc"),
+            "console": out_root / "console.txt",
             "tail": "" if done.ok else done.tail(8)}
 
 
@@ -69,7 +72,7 @@ def row(r: dict) -> str:
     kept = f"{r['kept'][2]:.3f} (epoch {r['kept'][0]}, {r['kept'][1]})" if r["kept"] else "-"
     test = f"{r['test']:.3f}" if r["test"] is not None else "-"
     return (f"| {r['name'].replace('_', ' / ')} | {r['seed']} | {epochs} | {kept} | {r['fit'][0]} | {r['fit'][1]} | "
-            f"{test} | {r['wall']:.0f} s | {r['cpu']:.0f} s | {r['load']} | {r['status']} |")
+            f"{test} | {r['wall']:.0f} s | {r['cpu']:.0f} s | {r['fit_s']:.0f} s | {r['load']} | {r['status']} |")
 
 
 def main() -> None:
@@ -86,13 +89,13 @@ def main() -> None:
                          "images/flowers12)")
     print(f"# {os.cpu_count()} CPUs, uptime: {os.popen('uptime').read().strip()}", flush=True)
     header = ("| subset | seed | val acc per epoch | kept (epoch, phase) | L2 | flip TTA | test acc (val photos) | "
-              "start to end | CPU | load avg (1 min) before->after | status |\n|---|---:|---|---|---:|---|---:|---:|"
-              "---:|---|---|")
+              "start to end | CPU | head fits | load avg (1 min) before->after | status |\n"
+              "|---|---:|---|---|---:|---|---:|---:|---:|---:|---|---|")
     results = []
     for seed in args.seeds:
         for name in args.subsets:
             results.append(run_one(name, seed, args.work, args.timeout, args.extra))
-            print(row(results[-1]), flush=True)
+            print(row(results[-1]), f"(console: {results[-1]['console']})", flush=True)
             if results[-1]["tail"]:
                 print(results[-1]["tail"], flush=True)
     print(f"\n{header}")

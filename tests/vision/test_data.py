@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from zoo.testing import TINY, run_dirs
@@ -41,3 +42,24 @@ def test_the_check_can_be_switched_off_for_huge_folders(tmp_path):
     (root / "train" / "cat" / "broken.png").write_bytes(b"not a png")
     dm = ImageDataModule(dataset="imagefolder", root=str(root), arch="resnet10t", num_workers=0, check_images=False)
     assert len(dm.train_set) == 3  # listed; it would fail when read, as before
+
+
+def test_a_truncated_jpeg_is_named_before_training_though_its_header_verifies(tmp_path):
+    """PIL's verify() passes a JPEG cut short (it reads headers); the check decodes, so the photo is named at the
+    start instead of stopping an epoch half-way."""
+    from vision.data import ImageDataModule
+    from zoo.errors import ZooError
+
+    root = tmp_path / "images"
+    image_folder(root)
+    photo = root / "train" / "dog" / "photo.jpg"
+    Image.effect_noise((64, 64), 80).convert("RGB").save(photo, quality=95)
+    whole = photo.read_bytes()
+    photo.write_bytes(whole[: len(whole) // 2])
+    with Image.open(photo) as im:
+        im.verify()  # the header check alone lets it through
+    with pytest.raises(ZooError, match=r"1 unreadable image file\(s\) under .*truncated or damaged.*photo\.jpg"):
+        ImageDataModule(dataset="imagefolder", root=str(root), arch="resnet10t", num_workers=0, pretrained=False)
+    photo.write_bytes(whole)
+    assert len(ImageDataModule(dataset="imagefolder", root=str(root), arch="resnet10t", num_workers=0,
+                               pretrained=False).train_set) == 7

@@ -116,6 +116,52 @@ def test_stack_views_takes_as_many_views_as_every_photo_has():
     assert feats[1, 0, 1, 0] == 10.0
 
 
+def test_a_checkpoint_of_a_cached_epoch_carries_its_views_to_the_resumed_run():
+    """Saved mid-way through the cached epochs, restored into a fresh module: the same views, so the resumed run's fit
+    is the one the uninterrupted run would make; once the backbone opens, checkpoints carry no views."""
+    m = lbfgs_module()
+    m._features.update({("train", i, e, flip): torch.randn(8) for i in range(4) for e in range(2) for flip in (0, 1)})
+    m._features[("val", 0)] = torch.zeros(8)  # recomputed after a resume, not saved
+    m._train_labels.update({0: 0, 1: 1, 2: 0, 3: 1})
+    saved: dict = {}
+    m.on_save_checkpoint(saved)
+    fresh = lbfgs_module()
+    fresh.on_load_checkpoint(saved)
+    assert fresh._train_labels == m._train_labels
+    assert set(fresh._features) == {k for k in m._features if k[0] == "train"}
+    assert all(torch.equal(fresh._features[k], m._features[k]) for k in fresh._features)
+    assert torch.equal(hf.stack_views(fresh._features, fresh._train_labels)[0],
+                       hf.stack_views(m._features, m._train_labels)[0])
+    opened = lbfgs_module(unfreeze_epoch=0)
+    opened._features.update(m._features)
+    opened._train_labels.update(m._train_labels)
+    later: dict = {}
+    opened.on_save_checkpoint(later)
+    assert "views" not in later["vision_run"]
+
+
+def test_photos_a_resumed_epoch_skipped_get_their_view_before_the_fit(tmp_path):
+    """After a mid-epoch resume the epoch's remaining batches come in a new shuffle, so some photos are never in them:
+    their view of the epoch is computed before the fit, so every photo has every epoch's view (else the fit would
+    use, for all photos, only as many views as the photo with fewest has)."""
+    m = lbfgs_module()
+    fits: list[hf.HeadFit] = []
+    fit_head = m.fit_head
+    m.fit_head = lambda: fits.append(fit_head()) or fits[-1]
+
+    class Skip(pl.Callback):  # as the new shuffle does: photos of the epoch drop out of its batches
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if trainer.current_epoch == 1 and batch_idx + 1 == trainer.num_training_batches:
+                here = set(batch[2].tolist())
+                for i in [i for i in range(20) if i not in here][:5]:
+                    for flip in (0, 1):
+                        module._features.pop(("train", i, 1, flip), None)
+
+    run(m, 2, tmp_path, callbacks=[Skip()])
+    assert [f.views for f in fits] == [40, 80] and fits[-1].photos == 20
+    assert all(("train", i, 1, flip) in m._features for i in range(20) for flip in (0, 1))
+
+
 def test_bad_head_fit_options_are_one_line_errors():
     bad = [({"head_fit": "newton"}, "unknown task.module.head_fit 'newton'"),
            ({"head_fit": "lbfgs", "cache_features": False}, "head_fit=lbfgs fits the head to cached features"),

@@ -37,7 +37,7 @@ def test_sigterm_in_a_cached_epoch_resume_then_test_predict_export(run_zoo, tmp_
     args = [*SMALL, f"task.data.root={data}"]
     stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=4")  # epoch 1 of 3 batches: cached
     assert stopped.returncode == 143, stopped.stdout[-3000:]
-    assert "zoo: finetune=gradual: epochs 0-1 cache an augmented view of every training photo" in stopped.stdout
+    assert "zoo: finetune=gradual: epochs 0-2 cache an augmented view of every training photo" in stopped.stdout
     assert "zoo: epoch 0: head fitted to 24 cached views of 12 training photos: L2 " in stopped.stdout
     (run,) = run_dirs(tmp_path, "vision/resnet")
     mid = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -46,12 +46,12 @@ def test_sigterm_in_a_cached_epoch_resume_then_test_predict_export(run_zoo, tmp_
     out = run_zoo("train", f"ckpt_path={run}", check=True).stdout
     assert run_dirs(tmp_path, "vision/resnet") == [run]
     # the resumed epoch 1 cached the photos it had left: the head is fitted to the views every photo has
-    assert "zoo: epoch 1: head fitted to " in out
+    assert "zoo: epoch 1: head fitted to " in out and "zoo: epoch 2: head fitted to " in out
     kept = [line for line in out.splitlines() if line.startswith("zoo: kept checkpoint: epoch ")]
     assert len(kept) == 1, out[-3000:]
     assert "test/* is measured on the validation images" in out
     end = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert [p for _, _, p in end["vision_run"]["phases"]] == ["frozen", "frozen", "whole network"]
+    assert [p for _, _, p in end["vision_run"]["phases"]] == ["frozen"] * 3 + ["whole network"]
     (best,) = (run / "checkpoints").glob("best-*.ckpt")
     epoch = int(kept[0].split("epoch ")[1].split(",")[0])
     assert best.name.startswith(f"best-epoch{epoch:03d}")
