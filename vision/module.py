@@ -60,6 +60,8 @@ class ImageClassifier(pl.LightningModule):
             raise ZooError("task.module.cache_features=true needs a frozen backbone (finetune=linear_probe, or "
                            "gradual until unfreeze_epoch), not finetune=full; set task.module.cache_features=false")
         hf.check_options(head_fit, cache_features, tta, l2_grid, l2_folds)
+        if not isinstance(frozen_jit, bool):  # a string such as "maybe" would be truthy
+            raise ZooError(f"task.module.frozen_jit must be true or false, got '{frozen_jit}'")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.pretrained_report = {"source": str(pretrained), "line": source}  # zoo.kit.pretrained.PretrainedReport

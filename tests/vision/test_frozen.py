@@ -115,3 +115,10 @@ def test_no_graph_is_traced_under_a_flop_counter_and_a_graph_that_drops_rows_is_
     assert torch.allclose(m._frozen_forward(x), eager(m, x), atol=1e-4, rtol=1e-4) and m._graph["fn"] is not None
     m._graph["fn"] = lambda images: eager(m, images[:2])  # as the graph traced under the counter behaved
     assert m._frozen_forward(x).shape == (5, 512) and m._graph["fn"] is None
+
+
+def test_frozen_jit_takes_true_or_false_only():
+    from zoo.errors import ZooError
+
+    with pytest.raises(ZooError, match="task.module.frozen_jit must be true or false, got 'maybe'"):
+        module(frozen_jit="maybe")
