@@ -44,8 +44,9 @@ def summary(rows: list[dict]) -> dict:
         mine = [r for r in rows if r["recipe"] == name]
         if mine:
             wall, cer = Spread.of(r["wall_s"] for r in mine), Spread.of(r["test_cer"] for r in mine)
+            loads = [r[k] for r in mine for k in ("load_before", "load_after")]
             out[name] = {"runs": len(mine), "wall_s": wall.median_range(".1f"), "test_cer": cer.median_range(".4f"),
-                         "load": f"{min(r['load_before'] for r in mine):.1f}-{max(r['load_after'] for r in mine):.1f}"}
+                         "load": f"{min(loads):.1f}-{max(loads):.1f}"}
     pairs = [(rows[i], rows[i + 1]) for i in range(0, len(rows) - 1, 2)
              if {rows[i]["recipe"], rows[i + 1]["recipe"]} == set(RECIPES)]
     if pairs:
