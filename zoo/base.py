@@ -34,8 +34,9 @@ def import_attr(spec: str) -> Any:
 
 
 def instantiate(config: Any, **kwargs: Any) -> Any:
-    """hydra.utils.instantiate, but a ZooError raised inside a constructor reaches the CLI as itself
-    (Hydra wraps it in a multi-line InstantiationException)."""
+    """hydra.utils.instantiate, but a ZooError raised inside a constructor reaches the CLI as itself, and a
+    TypeError/ValueError as one line naming the config node (Hydra wraps both in a multi-line
+    InstantiationException)."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate as hydra_instantiate
 
@@ -47,4 +48,16 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
             cause = cause.__cause__
         if cause is not None:
             raise cause from None
+        if isinstance(e.__cause__, (TypeError, ValueError)):  # a value of the wrong type or range for a constructor
+            where = _full_key(config)
+            raise ZooError(f"{where}: {e.__cause__}; check the values under {where} "
+                           f"(`python -m zoo train --cfg job` shows them)") from None
         raise
+
+
+def _full_key(config: Any) -> str:
+    """The dotted config path of a node ("task.module"), or its _target_ when it is not part of a tree."""
+    getter = getattr(config, "_get_full_key", None)
+    key = getter(None) if getter is not None else ""
+    target = config.get("_target_", "?") if hasattr(config, "get") else "?"
+    return str(key) if key else str(target)
