@@ -33,6 +33,9 @@ class CTCRecognizer(L.LightningModule):
                  scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        if not isinstance(freeze_encoder_epochs, int) or freeze_encoder_epochs < 0:
+            raise ZooError(f"task.module.freeze_encoder_epochs={freeze_encoder_epochs}: give a whole number of epochs, "
+                           "0 or more (0: the encoder trains from the start)")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.vocab = Vocab(list(vocab))
         self.features = LogMel(sample_rate, n_mels, voice=voice, norm=norm)  # voice: VTLP / pitch, training only

@@ -74,3 +74,8 @@ def test_options_survive_the_checkpoint(tmp_path):
     back.load_state_dict(torch.load(path, weights_only=False)["state_dict"])
     assert back.model.taps == (1, 2) and back.model.tail == 3200
     assert torch.equal(back.model.mix, m.model.mix)
+
+
+def test_negative_freeze_epochs_is_one_line():
+    with pytest.raises(ZooError, match=r"freeze_encoder_epochs=-1: give a whole number of epochs, 0 or more"):
+        CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, freeze_encoder_epochs=-1)
