@@ -89,6 +89,9 @@ def test_unreadable_images_are_all_named_before_training(tmp_path, channels):
     Image.effect_noise((32, 32), 64).save(buf, "PNG")
     (tmp_path / "cats" / "truncated.png").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
     (tmp_path / "dogs" / "notes.jpg").write_bytes(b"not an image")
-    with pytest.raises(ZooError, match="2 unreadable image file") as e:
+    buf = io.BytesIO()  # a JPEG cut short passes verify() (headers only) and fails when decoded
+    Image.effect_noise((64, 64), 64).convert("RGB").save(buf, "JPEG")
+    (tmp_path / "dogs" / "cut.jpg").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    with pytest.raises(ZooError, match="3 unreadable image file") as e:
         GANDataModule(name="folder", root=str(tmp_path), channels=channels)
-    assert "truncated.png" in str(e.value) and "notes.jpg" in str(e.value) and "\n" not in str(e.value)
+    assert all(n in str(e.value) for n in ("truncated.png", "notes.jpg", "cut.jpg")) and "\n" not in str(e.value)

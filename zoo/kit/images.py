@@ -16,16 +16,18 @@ def is_image_file(path: Path) -> bool:
 
 
 def unreadable_images(paths: Iterable[Path]) -> list[Path]:
-    """The files PIL cannot identify or decode. `verify()` reads headers and structure without decoding pixels,
-    so a few thousand photos take about a second."""
+    """The files PIL cannot open or decode. Decoding, not verify(): verify() reads a JPEG's headers only, so a
+    truncated photo passes it and would stop training mid-epoch. A JPEG is decoded at 1/8 scale (draft mode), which
+    still reads the whole stream (960 photos of 224 px: 0.6 s, against 0.08 s for verify())."""
     from PIL import Image
 
     bad = []
     for p in paths:
         try:
             with Image.open(p) as im:
-                im.verify()
-        except Exception:  # noqa: BLE001 - PIL raises many types for broken files; each one means unreadable
+                im.draft("RGB", (max(1, im.width // 8), max(1, im.height // 8)))
+                im.load()
+        except Exception:  # noqa: BLE001 - truncated data, bad Huffman tables, ...: each one means unusable
             bad.append(Path(p))
     return bad
 
@@ -35,4 +37,5 @@ def check_images(paths: Iterable[Path], where: str) -> None:
     bad = unreadable_images(paths)
     if bad:
         shown = ", ".join(str(p) for p in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise ZooError(f"{len(bad)} unreadable image file(s) under {where}: {shown}; remove or replace them")
+        raise ZooError(f"{len(bad)} unreadable image file(s) under {where} (not an image, truncated or damaged): "
+                       f"{shown}; remove or replace them")
