@@ -39,7 +39,30 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         return
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return  # Lightning's handler runs and called this one: it ends its loop itself, after saving
+    if _importing_fragile(frame):
+        # torch is initialising: raising here can cross its C++ (pybind11) start-up frames, where an exception
+        # aborts the process (SIGABRT, no message) instead of unwinding. Ask again a moment later.
+        import threading
+
+        timer = threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timer.start()
+        return
     raise Stopped
+
+
+FRAGILE = ("torch",)  # packages whose import runs C++ that calls back into Python
+
+
+def _importing_fragile(frame: FrameType | None) -> bool:
+    """Whether `frame` runs inside the import of a FRAGILE package's module."""
+    fragile = importing = False
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        fragile = fragile or name.split(".")[0] in FRAGILE
+        importing = importing or frame.f_code.co_filename.startswith("<frozen importlib._bootstrap")
+        frame = frame.f_back
+    return fragile and importing
 
 
 def stopped_by(exc: BaseException) -> str | None:
