@@ -152,10 +152,7 @@ class WhisperCTC(nn.Module):
         self.head = nn.Linear(2 * rnn_head if rnn_head else dims["d_model"], vocab_size)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.tail:  # zeros right after each clip's end (tensor ops only: the exported graph keeps it)
-            inside = torch.arange(wave.shape[1], device=wave.device)[None, :] < lengths[:, None]
-            wave, lengths = F.pad(wave * inside, (0, self.tail)), lengths + self.tail
-        feats, frames = self.front(wave, lengths)
+        feats, frames = self.front(*self.with_tail(wave, lengths))
         if self.augment is not None:
             feats = self.augment(feats, frames)
         states, out = self.encoder.states(feats, frames, self.taps)
@@ -166,6 +163,14 @@ class WhisperCTC(nn.Module):
             packed = pack_padded_sequence(x, out.cpu(), batch_first=True, enforce_sorted=False)
             x = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])[0]
         return self.head(self.head_dropout(x)), out
+
+    def with_tail(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch with `silence_tail` zeros right after each clip's end (tensor ops only: the exported graph keeps
+        it); unchanged without a tail."""
+        if not self.tail:
+            return wave, lengths
+        inside = torch.arange(wave.shape[1], device=wave.device)[None, :] < lengths[:, None]
+        return F.pad(wave * inside, (0, self.tail)), lengths + self.tail
 
     def _mixed(self, states: list[torch.Tensor]) -> torch.Tensor:
         assert self.mix is not None
