@@ -180,7 +180,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.test_is_val = not test_dir.is_dir()
         test = val if self.test_is_val else CheckedImageFolder(test_dir, self.class_names, mode)
         if self.check_images:  # every unreadable file named now, not the first one mid-epoch
-            check_images(list(dict.fromkeys(p for ds in (train, val, test) for p, _ in ds.samples)), str(self.root))
+            check_images(dict.fromkeys(p for ds in (train, val, test) for p, _ in ds.samples), str(self.root))
         self.train_set = self._wrap(train, self.train_transform())
         self.val_set = self._wrap(val, self.eval_transform())
         self.test_set = self._wrap(test, self.eval_transform())
