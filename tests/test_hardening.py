@@ -147,6 +147,37 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_ddp_child_ends_with_its_rank_0(tmp_path):
+    """A Lightning child calls die_with_parent first: SIGKILL its parent (rank 0) and the child is gone at once,
+    not left waiting in a collective for the timeout with rank 0's stdout open."""
+    child_code = ("from zoo.core.ddp import die_with_parent; import time; die_with_parent(); "
+                  "print('ready', flush=True); time.sleep(120)")
+    parent_code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+                   "print(c.pid, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code, child_code], env=zoo_env(tmp_path),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert parent.stdout.readline().strip() == "ready"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}").exists() and _state(child) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{child}").exists() or _state(child) == "Z"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "gone"
+
+
 @pytest.mark.slow
 def test_a_dead_ddp_rank_is_named_in_one_line(tmp_path):
     cmd = [sys.executable, "-m", "zoo", "train", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",

@@ -94,3 +94,24 @@ class SigtermAfter:
 
 
 SIGTERM_AT = "+callbacks.sigterm._target_=zoo.testing.SigtermAfter"
+
+
+class ChildAbortsAtExit:
+    """A test callback with which a DDP child (global rank > 0) ends by SIGABRT after its run finished, as a crash
+    in a library's shutdown does (gloo's "terminate called after throwing ..."). Add it with
+    `+callbacks.abort._target_=zoo.testing.ChildAbortsAtExit`."""
+
+    def __new__(cls):  # noqa: ANN204 - built lazily so importing zoo.testing needs no lightning
+        import atexit
+
+        from lightning.pytorch.callbacks import Callback
+
+        class _ChildAbortsAtExit(Callback):
+            def on_fit_start(self, trainer, pl_module) -> None:  # noqa: ANN001
+                if trainer.global_rank > 0:
+                    atexit.register(os.abort)
+
+        return _ChildAbortsAtExit()
+
+
+ABORT_AT_EXIT = "+callbacks.abort._target_=zoo.testing.ChildAbortsAtExit"

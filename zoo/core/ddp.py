@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 CHILD_CONFIG_ENV = "ZOO_CHILD_CONFIG"  # set by rank 0 before fit; DDP children read their config from it
 
@@ -34,6 +35,23 @@ def restore_dist_env(before: dict) -> None:
             os.environ[key] = before[key]
         else:
             os.environ.pop(key, None)
+
+
+def die_with_parent() -> None:
+    """Make this Lightning DDP child end when rank 0 (its parent) ends, however that happens (SIGKILL, the OOM
+    killer, an error outside the trainer's hooks). Left behind, a child waits in a collective until the timeout
+    and holds its memory, its GPU and rank 0's stdout (so a `| tee` or a caller's pipe stays open). Linux only:
+    elsewhere the collective timeout still ends it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # rank 0 ended before the request took effect
+        os._exit(1)
 
 
 def release_process_group() -> None:

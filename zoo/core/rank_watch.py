@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -75,6 +76,7 @@ class DeadRankWatch(Callback):
         self.parent_pid = os.getppid()
         self.procs: list = []
         self.stopping = False
+        self.lock = threading.Lock()  # the watcher decides under it; finish() sets `stopping` under it
         self.died: list[str] | None = None
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
@@ -82,7 +84,8 @@ class DeadRankWatch(Callback):
         leaves running on any error but Ctrl-C (a hung one would hold its GPU forever); SIGTERM stops them itself."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        self.stopping = True  # the watcher must not report the children stopped here as deaths
+        with self.lock:
+            self.stopping = True  # the watcher must not report the children stopped here as deaths
         # (setup has not run yet when the process group's start-up itself timed out)
         self.procs = self.procs or list(getattr(getattr(trainer.strategy, "launcher", None), "procs", None) or [])
         if isinstance(exception, (KeyboardInterrupt, SIGTERMException)) or not self.procs:
@@ -105,23 +108,52 @@ class DeadRankWatch(Callback):
                 t._run = lambda: True  # type: ignore[method-assign]
         threading.Thread(target=self._watch, args=(trainer,), daemon=True, name="zoo-dead-rank-watch").start()
 
+    def stop(self) -> None:
+        """From here on a child's exit ends its work, not the run: a crash in its own shutdown is no death, and a
+        watcher left running into a sweep's next job would end that job for it."""
+        with self.lock:
+            self.stopping = True
+
+    def finish(self, wait_s: float = 60.0) -> None:
+        """The run ended well: wait for the children to end (a sweep's next job must not start beside them)."""
+        self.stop()
+        deadline = time.monotonic() + wait_s
+        for rank, proc in enumerate(self.procs, start=1):
+            try:
+                code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+                print(f"zoo: warning: DDP rank {rank} (pid {proc.pid}) had not ended {wait_s:.0f} s after the run "
+                      "finished and was stopped; the run's results are saved", file=sys.stderr, flush=True)
+                continue
+            if code != 0:
+                print(f"zoo: warning: DDP rank {rank} (pid {proc.pid}) ended ({describe_exit(code)}) after the run "
+                      "finished; the run's results are saved", file=sys.stderr, flush=True)
+
     def _watch(self, trainer: Any) -> None:
         while True:
             time.sleep(self.poll_s)
-            codes = [p.poll() for p in self.procs]
-            if all(c == 0 for c in codes) or self.stopping:
-                return
-            for rank, (proc, code) in enumerate(zip(self.procs, codes), start=1):
-                if code in (None, 0) or getattr(trainer, "received_sigterm", False):
-                    continue  # a SIGTERM'd run stops through its own handler (and saves last.ckpt)
-                if code != 2:  # exit code 2: the child printed its own zoo error line already
-                    print(f"zoo: error: DDP rank {rank} (pid {proc.pid}) died ({describe_exit(code)}); "
-                          "the run stopped; "
-                          f"{resume_hint(self.run_dir)}", file=sys.stderr, flush=True)
-                for other in self.procs:
-                    if other.poll() is None:
-                        other.kill()
-                os._exit(code if code > 0 else 1)
+            with self.lock:
+                if self.stopping or self._check(trainer):
+                    return
+
+    def _check(self, trainer: Any) -> bool:
+        """True when every child ended well; a child that died ends rank 0 (and the others) with one line."""
+        codes = [p.poll() for p in self.procs]
+        if all(c == 0 for c in codes):
+            return True
+        for rank, (proc, code) in enumerate(zip(self.procs, codes), start=1):
+            if code in (None, 0) or getattr(trainer, "received_sigterm", False):
+                continue  # a SIGTERM'd run stops through its own handler (and saves last.ckpt)
+            if code != 2:  # exit code 2: the child printed its own zoo error line already
+                print(f"zoo: error: DDP rank {rank} (pid {proc.pid}) died ({describe_exit(code)}); the run stopped; "
+                      f"{resume_hint(self.run_dir)}", file=sys.stderr, flush=True)
+            for other in self.procs:
+                if other.poll() is None:
+                    other.kill()
+            os._exit(code if code > 0 else 1)
+        return False
 
     def dead_ranks(self, wait_s: float = 3.0) -> list[str]:
         """Which peers are gone, as this process can tell on its node (rank 0 its children, a child rank 0)."""

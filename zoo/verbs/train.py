@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
@@ -22,6 +22,7 @@ from zoo.core.build import (
 from zoo.core.ddp import (
     CHILD_CONFIG_ENV,
     DIST_ENV,
+    die_with_parent,
     is_lightning_child,
     launcher_rank,
     release_process_group,
@@ -37,6 +38,7 @@ from zoo.errors import ZooError, fail
 
 def main(rest: list[str]) -> None:
     if os.environ.get(CHILD_CONFIG_ENV) and os.environ.get("LOCAL_RANK", "0") != "0":
+        die_with_parent()
         return _train_child(Path(os.environ[CHILD_CONFIG_ENV]))
 
     from zoo.core import hydra_run
@@ -236,6 +238,7 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
         results = lightning_call(trainer, trainer.test, fit_module, datamodule=datamodule, ckpt_path=best or None,
                                  weights_only=True)  # a Ctrl-C here is a stop (130) too, not Lightning's exit 1
         metrics.update(results[0] if results else {})
+    end_collectives(trainer)
     if trainer.is_global_zero:
         log_hparams(loggers, cfg, metrics)
         summarize(cfg, best, metrics)
@@ -243,7 +246,32 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
         from zoo.measure.timing import report_time
 
         report_time(trainer.callbacks)  # `zoo: time: ...`: where the run's time went (callbacks.time_split)
+    finish_children(trainer)
     return metrics
+
+
+def end_collectives(trainer: Any) -> None:
+    """Every rank's last collective: past it, rank 0 knows each child finished its work, so the watch stops first
+    (a child's exit is then no death). A child that died before it fails the barrier, said in one line."""
+    from zoo.core.rank_watch import DeadRankWatch, peer_failure
+
+    for watch in (c for c in trainer.callbacks if isinstance(c, DeadRankWatch)):
+        watch.stop()
+    try:
+        trainer.strategy.barrier("zoo-run-end")
+    except RuntimeError as e:
+        message = peer_failure(e, trainer)
+        if message is None:
+            raise
+        raise ZooError(message) from None
+
+
+def finish_children(trainer: Any) -> None:
+    """Rank 0, the run done: wait for the DDP children it started to end before the next job of a sweep starts."""
+    from zoo.core.rank_watch import DeadRankWatch
+
+    for watch in (c for c in trainer.callbacks if isinstance(c, DeadRankWatch)):
+        watch.finish()
 
 
 def scalars(metrics: dict) -> dict:
