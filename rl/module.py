@@ -191,8 +191,11 @@ class PPO(LightningModule):
         whole = h.num_minibatches == 1
         if whole and h.norm_adv:
             b_adv = ppo.normalize_advantages(b_adv)
-        clipfracs, kl = [], torch.zeros((), device=dev)
+        # Per-minibatch statistics, reported as SB3 does: losses, entropy and clip fraction averaged over every
+        # minibatch of the update, approx_kl over the last epoch's (one minibatch of 32 rows is too noisy to read).
+        clipfracs, pg_losses, v_losses, ents, kls = [], [], [], [], []
         for _ in range(h.update_epochs):
+            kls = []
             perm = None if whole else torch.randperm(n, device=dev)
             for start in range(0, n, mb):
                 i = slice(None) if perm is None else perm[start:start + mb]
@@ -208,12 +211,17 @@ class PPO(LightningModule):
                     self.clip_gradients(opt, gradient_clip_val=h.max_grad_norm, gradient_clip_algorithm="norm")
                 opt.step()
                 clipfracs.append(clipfrac)
+                kls.append(kl)
+                pg_losses.append(pg_loss.detach())
+                v_losses.append(v_loss.detach())
+                ents.append(ent.detach())
             if h.target_kl is not None:
                 # Every rank must take the same decision, or DDP would wait forever for the others' gradients.
                 if float(self.trainer.strategy.reduce(kl.detach(), reduce_op="mean")) > h.target_kl:
                     break
-        return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": ent.item(),
-                "approx_kl": float(kl), "clip_fraction": float(torch.stack(clipfracs).mean()),
+        mean = lambda xs: float(torch.stack(xs).mean())  # noqa: E731
+        return {"policy_loss": mean(pg_losses), "value_loss": mean(v_losses), "entropy": mean(ents),
+                "approx_kl": mean(kls), "clip_fraction": mean(clipfracs),
                 "explained_variance": ppo.explained_variance(b_val.cpu(), b_ret.cpu())}
 
     def _log_update(self, stats: dict[str, float], roll: Batch) -> None:

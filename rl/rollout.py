@@ -107,10 +107,12 @@ class Collector:
                 r = r.sign()  # Atari: clip rewards to {-1, 0, 1}; the episode statistics stay raw
             if self.reward_scaler is not None:
                 r = self.reward_scaler(r, done, self.cfg["clip_reward"])
+            # The new observations update the statistics before a final observation is normalised for its
+            # bootstrap value, as VecNormalize normalises `terminal_observation` after its update in SB3.
+            self.next_obs, self.next_done = self.process_obs(obs, update=True), done
             if self.bootstrap_truncated and truncated.any():
                 r = r + self.gamma * self._final_values(agent, info, truncated & ~terminated)
             rewards[t] = r
-            self.next_obs, self.next_done = self.process_obs(obs, update=True), done
             if "_episode" in info:
                 for i in np.flatnonzero(info["_episode"]):
                     ep_returns.append(float(info["episode"]["r"][i]))

@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--env", default="Hopper-v5", choices=list(PRESETS))
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--log", default="", help="a folder for SB3's own progress.csv (train/explained_variance, "
+                    "train/approx_kl, ... per update), to set beside the zoo's metrics.csv")
     a = ap.parse_args()
     try:
         import torch
@@ -79,6 +81,10 @@ def main() -> None:
                 policy_kwargs={"net_arch": {"pi": r["net"], "vf": r["vf"]}, "activation_fn": act,
                                "ortho_init": r["ortho_init"], "log_std_init": r["log_std_init"]},
                 seed=a.seed, device="cpu", verbose=0)
+    if a.log:
+        from stable_baselines3.common.logger import configure
+
+        model.set_logger(configure(a.log, ["csv"]))
     evals: list[tuple[int, float]] = []
     every = r["eval_every"] * r["n_steps"]
 

@@ -171,3 +171,71 @@ def test_bf16_mixed_trains_with_the_fused_adam_of_the_presets() -> None:
     trainer.fit(m)
     assert trainer.global_step >= 4
     assert m.optimizers().optimizer.defaults["fused"] is False
+
+
+class ValueIsObsSum(torch.nn.Module):
+    """A stand-in agent: action 0, value = the sum of the (normalised) observation, so a bootstrap shows which
+    statistics normalised the final observation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.zeros(obs.shape[0], 1), torch.zeros(obs.shape[0]), self.value(obs)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.double().sum(-1).float()
+
+
+def test_truncation_bootstrap_normalises_the_final_obs_as_vecnormalize() -> None:
+    """SB3's VecNormalize updates its statistics with the step's new (reset) observation, then normalises
+    `terminal_observation`; the bootstrap gamma * V(final obs) must see the same statistics."""
+    gamma, steps = 0.5, 3
+    m = module(env={"id": "Pendulum-v1", "num_envs": 1, "normalize_obs": True, "kwargs": {"max_episode_steps": steps}},
+               gamma=gamma)
+    m.collector.start(seed=4)
+    batch = m.collector.collect(ValueIsObsSum(), steps)
+    m.collector.close()
+    # The same stream by hand: one env, same seed, zero actions; statistics updated with every observation.
+    from rl.normalize import RunningMeanStd
+
+    env, rms = gym.make("Pendulum-v1", max_episode_steps=steps), RunningMeanStd((3,))
+    obs, _ = env.reset(seed=4)
+    rms.update(obs[None])
+    for _ in range(steps):
+        final, reward, _, truncated, _ = env.step(np.zeros(1, np.float32))
+        rms.update(env.reset()[0][None] if truncated else final[None])  # SAME_STEP: the reset obs is the next
+    expected = np.float32(reward) + gamma * float(rms.normalize(final[None], 10.0).sum())
+    assert truncated and float(batch.rewards[-1, 0]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_update_statistics_average_the_minibatches_as_sb3(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """approx_kl is the mean over the last epoch's minibatches and the losses the mean over all of them (SB3's
+    logger), not the last minibatch's value."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.loggers import CSVLogger
+
+    from rl import ppo
+
+    calls = iter(range(1, 1000))
+    real = ppo.policy_loss
+
+    def numbered(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the k-th minibatch reports KL k
+        loss, _, clip = real(*args, **kwargs)
+        return loss, torch.tensor(float(next(calls))), clip
+
+    monkeypatch.setattr(ppo, "policy_loss", numbered)
+    # Per update 2 epochs x 2 minibatches: KLs 1, 2 | 3, 4 -> the last epoch's mean is 3.5 (the last minibatch
+    # alone: 4); the second update 5, 6 | 7, 8 -> 7.5.
+    m = module(update_epochs=2, eval_every=1, video=False,
+               optimizer=__import__("functools").partial(torch.optim.Adam, lr=1e-3))
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=-1, logger=CSVLogger(tmp_path), log_every_n_steps=1,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0)
+    trainer.fit(m)
+    import csv
+
+    (path,) = tmp_path.rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(path.open()) if r.get("train/approx_kl")]
+    assert [float(r["train/approx_kl"]) for r in rows] == [3.5, 7.5]
