@@ -23,13 +23,13 @@ log = logging.getLogger(__name__)
 
 
 class CTCRecognizer(L.LightningModule):
-    def __init__(self, vocab: list[str], arch: str = "bilstm_small", sample_rate: int = 16000, n_mels: int = 40,
+    def __init__(self, vocab: list[str], arch: str = "whisper", sample_rate: int = 16000, n_mels: int = 80,
                  model: dict | None = None, specaugment: dict | None = None, decoder: dict | None = None,
-                 max_seconds: float = 60.0, pretrained: str | bool | None = None, init_from: str | None = None,
+                 max_seconds: float = 30.0, pretrained: str | bool | None = "auto", init_from: str | None = None,
                  num_val_examples: int = 4, voice: dict | None = None, norm: str = "bin",
                  freeze_feature_encoder: bool = True,
-                 layer_decay: float = 1.0, encoder_config: dict | None = None, freeze_encoder_epochs: int = 0,
-                 encoder_lr: float = 1.0, optimizer: Any = None,
+                 layer_decay: float = 0.9, encoder_config: dict | None = None, freeze_encoder_epochs: int = 2,
+                 encoder_lr: float = 0.05, optimizer: Any = None,
                  scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -41,6 +41,9 @@ class CTCRecognizer(L.LightningModule):
         self.features = LogMel(sample_rate, n_mels, voice=voice, norm=norm)  # voice: VTLP / pitch, training only
         self.specaugment = SpecAugment(**(specaugment or {}))
         self.pretrained_report: dict | None = None
+        if arch != "whisper" and str(pretrained).lower() == "auto":
+            pretrained = None  # auto: the arch's packaged weights, and only Whisper has any; the others start random
+            log.info("task.module.pretrained=auto: arch %s has no packaged weights; random init", arch)
         self.model = self._acoustic_model(arch, n_mels, model, pretrained, encoder_config)
         self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
         if self.decoder_cfg["kind"] not in ("greedy", "beam"):

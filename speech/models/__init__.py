@@ -41,4 +41,21 @@ def build_model(arch: str, n_mels: int, vocab_size: int, **overrides: Any) -> nn
         raise ZooError(f"unknown speech arch {arch!r}; choose one of {', '.join(n.split()[0] for n in list_models())}")
     cls, kwargs = MODELS[arch]
     kwargs = {"n_mels": n_mels, **kwargs, **{k: v for k, v in overrides.items() if v is not None}}
+    check_overrides(arch, cls, overrides)
     return cls(vocab_size=vocab_size, **kwargs)
+
+
+def check_overrides(arch: str, cls: type[nn.Module], overrides: dict[str, Any]) -> None:
+    """task.module.model keys the arch does not take, in one line. The default task's are Whisper's (rnn_head): a run
+    that only switches arch gets told where the from-scratch recipe is, not just the stray key."""
+    import inspect
+
+    takes = set(inspect.signature(cls.__init__).parameters) - {"self", "vocab_size", "n_mels"}
+    stray = sorted(set(overrides) - takes)
+    if not stray:
+        return
+    whisper = set(inspect.signature(WhisperCTC.__init__).parameters)
+    hint = (" (the default task's Whisper head): add task.module.model=null, or start from "
+            "experiment=speech_synth_scratch (the from-scratch recipe for the log-Mel models)"
+            if arch != "whisper" and set(stray) <= whisper else f"; it takes {', '.join(sorted(takes))}")
+    raise ZooError(f"task.module.model: arch={arch} takes no {', '.join(stray)}{hint}")

@@ -63,6 +63,17 @@ def test_init_from_is_a_deprecated_alias_and_old_checkpoints_still_load(source, 
     assert CTCRecognizer.load_from_checkpoint(old).hparams.init_from.endswith("long-gone.ckpt")
 
 
+def test_auto_is_random_init_for_an_arch_without_packaged_weights():
+    """`auto` (the task's default, for Whisper's packaged weights) starts a log-Mel model at random, as null does:
+    `task=speech/ctc task.module.arch=bilstm_small` needs no `pretrained=null` beside it."""
+    torch.manual_seed(0)
+    auto = CTCRecognizer(vocab=[BLANK, " ", "a"], pretrained="auto", **SMALL)
+    torch.manual_seed(0)
+    none = CTCRecognizer(vocab=[BLANK, " ", "a"], pretrained=None, **SMALL)
+    assert auto.pretrained_report is None
+    assert all(torch.equal(a, b) for a, b in zip(auto.state_dict().values(), none.state_dict().values()))
+
+
 def test_bad_values_are_one_line(source, tmp_path):
     src, path = source
     corrupt = tmp_path / "corrupt.ckpt"
@@ -78,7 +89,7 @@ def test_bad_values_are_one_line(source, tmp_path):
         (str(foreign), SMALL, "does not match this architecture"),
         (path, {**SMALL, "arch": "bigru"}, "holds a arch=bilstm_small model.*task.module.arch=bilstm_small"),
         (path, {**SMALL, "model": {"hidden": 24, "layers": 1}}, "does not match this architecture"),
-        ("auto", SMALL, "no hub weights"),
+        (True, SMALL, "no hub weights"),
     ]
     for value, kw, message in cases:
         with pytest.raises(ZooError, match=message) as e:

@@ -1,6 +1,7 @@
-"""experiment=speech_synth_whisper is the default speech/ctc task with only the model and its schedule changed: the
-same corpus, splits, batches, greedy decoding and monitor, so its test CER compares with the default's. Tiny random
-encoder, no package weights."""
+"""The default speech/ctc task is Whisper tiny.en's encoder + a BiGRU head; experiment=speech_synth_scratch is the same
+task with only the model and its schedule changed back to the from-scratch BiLSTM: the same corpus, splits, batches,
+greedy decoding and monitor, so the two test CERs compare. The presets built on the scratch recipe carry none of
+the default's Whisper keys. Tiny random encoder, no package weights."""
 
 from __future__ import annotations
 
@@ -13,24 +14,39 @@ from speech.module import CTCRecognizer
 from speech.vocab import BLANK
 from zoo.testing import compose
 
-PRESET = "experiment=speech_synth_whisper"
+DEFAULT = "task=speech/ctc"
+SCRATCH_PRESETS = ("speech_synth_scratch", "speech_fsdd", "speech_fsdd_loso", "speech_finetune", "speech_librispeech",
+                   "speech_wav2vec2", "speech_wav2vec2_finetune")
 
 
-def test_preset_keeps_the_default_task_and_changes_only_the_model():
-    default, preset = compose(["task=speech/ctc"]), compose([PRESET])
-    assert OmegaConf.to_container(preset.task.data, resolve=True) == \
+def test_the_scratch_recipe_keeps_the_default_task_and_changes_only_the_model():
+    default, scratch = compose([DEFAULT]), compose(["experiment=speech_synth_scratch"])
+    assert OmegaConf.to_container(scratch.task.data, resolve=True) == \
         OmegaConf.to_container(default.task.data, resolve=True)
-    assert (preset.task.name, preset.task.monitor, preset.task.mode) == \
+    assert (scratch.task.name, scratch.task.monitor, scratch.task.mode) == \
         (default.task.name, default.task.monitor, default.task.mode)
-    module = preset.task.module
-    assert module.decoder is None and default.task.module.decoder is None  # both scored with greedy decoding
+    module = default.task.module
+    assert module.decoder is None and scratch.task.module.decoder is None  # both scored with greedy decoding
     assert (module.arch, module.sample_rate, module.n_mels, module.pretrained) == ("whisper", 16000, 80, "auto")
     # the schedule trains the encoder after its frozen epochs (a frozen-only run would not be this recipe)
-    assert 0 < module.freeze_encoder_epochs < preset.trainer.max_epochs
+    assert 0 < module.freeze_encoder_epochs < default.trainer.max_epochs
+    assert (scratch.task.module.arch, scratch.task.module.n_mels, scratch.task.module.pretrained) == \
+        ("bilstm_small", 40, None)
 
 
-def test_preset_module_freezes_then_trains_the_encoder():
-    kwargs = OmegaConf.to_container(compose([PRESET]).task.module, resolve=True)
+def test_presets_on_the_scratch_recipe_carry_none_of_the_whisper_keys():
+    """The default's model overrides (rnn_head), `pretrained: auto` and encoder schedule are Whisper's: a preset
+    of another arch that inherited them would be refused (rnn_head) or train another recipe than it says."""
+    for name in SCRATCH_PRESETS:
+        module = compose([f"experiment={name}"]).task.module
+        assert module.arch != "whisper", name
+        assert "rnn_head" not in (module.model or {}), name
+        assert (module.freeze_encoder_epochs, module.encoder_lr) == (0, 1.0), name
+        assert OmegaConf.to_container(module, resolve=False)["pretrained"] != "auto", name
+
+
+def test_default_module_freezes_then_trains_the_encoder():
+    kwargs = OmegaConf.to_container(compose([DEFAULT]).task.module, resolve=True)
     for key in ("_target_", "optimizer", "scheduler", "pretrained"):
         kwargs.pop(key)
     kwargs["model"] = {**kwargs["model"], "d_model": 16, "layers": 1, "heads": 2, "ffn": 32}
@@ -45,3 +61,16 @@ def test_preset_module_freezes_then_trains_the_encoder():
     log_probs, out = module(wave, lengths)
     assert log_probs.shape[:2] == (2, 50) and out.tolist() == [50, 25]
 
+
+
+def test_switching_only_the_arch_says_where_the_scratch_recipe_is():
+    import pytest
+
+    from speech.models import build_model
+    from zoo.errors import ZooError
+
+    model = compose([DEFAULT, "task.module.arch=bilstm_small"]).task.module.model
+    with pytest.raises(ZooError, match=r"arch=bilstm_small takes no rnn_head .*experiment=speech_synth_scratch"):
+        build_model("bilstm_small", 40, 5, **model)
+    with pytest.raises(ZooError, match=r"arch=conformer_xs takes no hiden; it takes .*d_model"):
+        build_model("conformer_xs", 40, 5, hiden=3)

@@ -165,8 +165,8 @@ def test_not_whisper_weights_is_one_line(tmp_path):
 
 def test_sample_rate_and_30s_limit_are_one_line():
     with pytest.raises(ZooError, match="takes 16000 Hz audio only.*task.module.sample_rate=16000"):
-        CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=8000, model=TINY)
-    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, max_seconds=60.0)
+        CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=8000, model=TINY, pretrained=False)
+    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, max_seconds=60.0, pretrained=False)
     with pytest.raises(ZooError, match="longer than Whisper's 30 s.*split it into pieces under 30 s"):
         m.transcribe([torch.zeros(31 * 16000)])
 
@@ -190,7 +190,7 @@ def test_rnn_head_batch_invariant_and_voice_augment_in_training_only():
     torch.manual_seed(0)
     (both, _), (alone, _) = _batched_and_alone(WhisperCTC(len(VOCAB), **TINY, rnn_head=8).eval())
     assert both.shape[-1] == len(VOCAB) and torch.allclose(both[1, :22], alone[0], atol=1e-5)
-    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, voice={"vtlp": 0.2})
+    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, voice={"vtlp": 0.2}, pretrained=False)
     wave, n = torch.randn(1, 8000) * 0.1, torch.tensor([8000])
     m.eval()
     ref = m.model.front(wave, n)[0]

@@ -67,7 +67,7 @@ def test_silence_tail_equals_zeros_appended_by_hand_and_stays_batch_invariant():
 
 def test_options_survive_the_checkpoint(tmp_path):
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000,
-                      model={**TINY, "feature_layers": [1, 2], "silence_tail": 0.2})
+                      model={**TINY, "feature_layers": [1, 2], "silence_tail": 0.2}, pretrained=False)
     path = tmp_path / "m.ckpt"
     torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams)}, path)
     back = CTCRecognizer(**torch.load(path, weights_only=False)["hyper_parameters"])
@@ -78,4 +78,5 @@ def test_options_survive_the_checkpoint(tmp_path):
 
 def test_negative_freeze_epochs_is_one_line():
     with pytest.raises(ZooError, match=r"freeze_encoder_epochs=-1: give a whole number of epochs, 0 or more"):
-        CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, freeze_encoder_epochs=-1)
+        CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, freeze_encoder_epochs=-1,
+                      pretrained=False)
