@@ -120,10 +120,11 @@ def parity(env_id: str, seed: int, r: dict, limit: int = 40) -> dict:
 
     sys.path.insert(0, str(ROOT))
     from rl import ppo
-    from rl.envs import describe_env
+    from rl.envs import describe_env, prepare_mujoco
     from rl.models import build_agent
     from rl.rollout import Collector
 
+    prepare_mujoco()  # MuJoCo's deprecation warnings to the log, not a MUJOCO_LOG.TXT in the working folder
     model, _ = sb3_model(env_id, seed, r)
     model.learn(3 * r["n_steps"])  # weights away from their initialisation
     model.set_env(sb3_model(env_id, seed, r, {"max_episode_steps": limit})[1])
