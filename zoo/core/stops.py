@@ -30,6 +30,8 @@ def install() -> None:
     global _OWNER
     _OWNER = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -40,26 +42,41 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         return  # Lightning's handler runs and called this one: it ends its loop itself, after saving
     if _importing_fragile(frame):
-        # torch is initialising: raising here can cross its C++ (pybind11) start-up frames, where an exception
-        # aborts the process (SIGABRT, no message) instead of unwinding. Ask again a moment later.
-        import threading
-
-        timer = threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGTERM))
-        timer.daemon = True
-        timer.start()
+        _again_soon(signal.SIGTERM)
         return
     raise Stopped
 
 
-FRAGILE = ("torch",)  # packages whose import runs C++ that calls back into Python
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C as Python's own handler, except that it waits for a FRAGILE package's import to finish."""
+    if os.getpid() == _OWNER and _importing_fragile(frame):
+        _again_soon(signal.SIGINT)
+        return
+    raise KeyboardInterrupt
+
+
+def _again_soon(signum: int) -> None:
+    """Deliver the stop again a moment later. Raised inside a FRAGILE import, it can cross torch's C++ start-up frames,
+    where an exception aborts the process (SIGABRT), or leave numpy half-initialised (a RecursionError traceback
+    instead of the stop)."""
+    import threading
+
+    timer = threading.Timer(0.005, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+# Packages whose import a stop must not cut: torch's runs C++ that calls back into Python; numpy's lazy submodules,
+# cut half-way (scipy imports them through torchmetrics), recurse without end. Only these: the verbs import lazily
+# all the time, and a stop deferred over every import could wait until the program had gone on past it.
+FRAGILE = ("torch", "numpy")
 
 
 def _importing_fragile(frame: FrameType | None) -> bool:
-    """Whether `frame` runs inside the import of a FRAGILE package's module."""
+    """Whether `frame` runs inside an import, in code of a FRAGILE package."""
     fragile = importing = False
     while frame is not None:
-        name = str(frame.f_globals.get("__name__", ""))
-        fragile = fragile or name.split(".")[0] in FRAGILE
+        fragile = fragile or str(frame.f_globals.get("__name__", "")).split(".")[0] in FRAGILE
         importing = importing or frame.f_code.co_filename.startswith("<frozen importlib._bootstrap")
         frame = frame.f_back
     return fragile and importing
