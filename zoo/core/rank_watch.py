@@ -11,9 +11,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from lightning.pytorch.callbacks import Callback
+
+from zoo.errors import ZooError
 
 _PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "broken pipe", "gloo", "nccl",
                 "socket timeout", "timed out", "connection refused")
@@ -51,7 +53,7 @@ def peer_failure(error: BaseException, trainer: Any) -> str | None:
         return None
     if not any(s in str(error).lower() for s in _PEER_ERRORS):
         return None
-    watch = next((c for c in trainer.callbacks if isinstance(c, DeadRankWatch)), None)
+    watch = watch_of(trainer)
     dead = watch.dead_ranks() if watch is not None else []
     # No dead process in sight: a peer on another node, or one that hangs (the collective timeout ended the wait).
     who = f"DDP {', '.join(dead)} died" if dead else "another DDP rank of this run died or stopped answering"
@@ -61,6 +63,18 @@ def peer_failure(error: BaseException, trainer: Any) -> str | None:
     first = re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip().splitlines()[0]).split(". ")[0][:100]
     line = f"{who} (this rank {trainer.global_rank} saw: {first})"
     return f"{line}; {resume_hint(watch.run_dir)}" if watch else line
+
+
+def raise_peer_failure(error: RuntimeError, trainer: Any) -> NoReturn:
+    """Re-raise a collective's error as the one line of `peer_failure`, or as it was when a dead peer is not why."""
+    message = peer_failure(error, trainer)
+    if message is None:
+        raise error
+    raise ZooError(message) from None
+
+
+def watch_of(trainer: Any) -> DeadRankWatch | None:
+    return next((c for c in trainer.callbacks if isinstance(c, DeadRankWatch)), None)
 
 
 class DeadRankWatch(Callback):

@@ -198,7 +198,7 @@ def train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
 
 
 def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
-    from zoo.core.rank_watch import peer_failure
+    from zoo.core.rank_watch import raise_peer_failure
     from zoo.core.trainer import build_trainer, prepare_module
 
     start(cfg)
@@ -225,10 +225,7 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
         first = " ".join(str(e).split())
         raise ZooError(f"{first[:300]} (trainer settings: `python -m zoo train --cfg job`)") from None
     except RuntimeError as e:
-        message = peer_failure(e, trainer)
-        if message is None:
-            raise
-        raise ZooError(message) from None
+        raise_peer_failure(e, trainer)
     if trainer.interrupted:
         raise ZooError(f"training interrupted; continue it with `python -m zoo train ckpt_path={cfg.run_dir}`")
     # the last evaluation's val/* (what a sweeper optimises), taken before trainer.test clears callback_metrics
@@ -253,24 +250,23 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
 def end_collectives(trainer: Any) -> None:
     """Every rank's last collective: past it, rank 0 knows each child finished its work, so the watch stops first
     (a child's exit is then no death). A child that died before it fails the barrier, said in one line."""
-    from zoo.core.rank_watch import DeadRankWatch, peer_failure
+    from zoo.core.rank_watch import raise_peer_failure, watch_of
 
-    for watch in (c for c in trainer.callbacks if isinstance(c, DeadRankWatch)):
+    watch = watch_of(trainer)
+    if watch is not None:
         watch.stop()
     try:
         trainer.strategy.barrier("zoo-run-end")
     except RuntimeError as e:
-        message = peer_failure(e, trainer)
-        if message is None:
-            raise
-        raise ZooError(message) from None
+        raise_peer_failure(e, trainer)
 
 
 def finish_children(trainer: Any) -> None:
     """Rank 0, the run done: wait for the DDP children it started to end before the next job of a sweep starts."""
-    from zoo.core.rank_watch import DeadRankWatch
+    from zoo.core.rank_watch import watch_of
 
-    for watch in (c for c in trainer.callbacks if isinstance(c, DeadRankWatch)):
+    watch = watch_of(trainer)
+    if watch is not None:
         watch.finish()
 
 
