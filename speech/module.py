@@ -41,7 +41,9 @@ class CTCRecognizer(L.LightningModule):
         self.features = LogMel(sample_rate, n_mels, voice=voice, norm=norm)  # voice: VTLP / pitch, training only
         self.specaugment = SpecAugment(**(specaugment or {}))
         self.pretrained_report: dict | None = None
-        if arch != "whisper" and str(pretrained).lower() == "auto":
+        from .whisper_weights import choice
+
+        if arch != "whisper" and choice(pretrained) == "auto":
             pretrained = None  # auto: the arch's packaged weights, and only Whisper has any; the others start random
             log.info("task.module.pretrained=auto: arch %s has no packaged weights; random init", arch)
         self.model = self._acoustic_model(arch, n_mels, model, pretrained, encoder_config)

@@ -30,11 +30,13 @@ def _check_hparams(module: Any, hp: dict, path: str, option: str) -> list[str]:
     own = module.hparams
     for key in ("arch", "n_mels"):
         if key in hp and hp[key] != own[key]:
-            model = hp.get("model") or {}
-            how = (f"fine-tune it with experiment=speech_whisper_finetune {option}={path}"
-                   + (f" 'task.module.model={{rnn_head: {model['rnn_head']}}}'" if model.get("rnn_head") else "")
-                   if hp.get("arch") == "whisper" else
-                   f"set task.module.{key}={hp[key]} (and the same task.module.model) to fine-tune from it")
+            if hp.get("arch") == "whisper":  # the default task's checkpoint, in a log-Mel preset
+                rnn_head = (hp.get("model") or {}).get("rnn_head")
+                how = f"fine-tune it with experiment=speech_whisper_finetune {option}={path}"
+                if rnn_head:
+                    how += f" 'task.module.model={{rnn_head: {rnn_head}}}'"
+            else:
+                how = f"set task.module.{key}={hp[key]} (and the same task.module.model) to fine-tune from it"
             raise ZooError(f"{option}: {path} holds a {key}={hp[key]} model, this run builds {key}={own[key]}; {how}")
     if "sample_rate" in hp and hp["sample_rate"] != own["sample_rate"]:
         log.warning("%s: %s was trained at %d Hz, this run reads %d Hz audio (its features differ a little)", option,
