@@ -121,7 +121,8 @@ class WhisperCTC(nn.Module):
     def __init__(self, vocab_size: int, size: str = "tiny", n_mels: int = 80, d_model: int | None = None,
                  layers: int | None = None, heads: int | None = None, ffn: int | None = None,
                  dropout: float = 0.0, head_dropout: float = 0.1, rnn_head: int = 0,
-                 feature_layers: list[int] | None = None, silence_tail: float = 0.0) -> None:
+                 feature_layers: list[int] | None = None, silence_tail: float = 0.0,
+                 silence_lead: float = 0.0) -> None:
         super().__init__()
         if size not in SIZES:
             raise ZooError(f"whisper size {size!r}: choose one of {', '.join(SIZES)} (or give d_model, layers, "
@@ -140,11 +141,13 @@ class WhisperCTC(nn.Module):
             raise ZooError(f"task.module.model.feature_layers={list(feature_layers or [])}: this encoder has layers "
                            f"1-{dims['layers']}")
         self.taps = tuple(taps)
-        # silence_tail: seconds of silence appended to every clip. Whisper heard each clip followed by silence (its
-        # 30 s padding); a clip cut tight at the word's end is heard better with some of it (docs/speech.md).
-        if not 0.0 <= silence_tail <= 5.0:
-            raise ZooError(f"task.module.model.silence_tail={silence_tail}: give seconds in [0, 5]")
-        self.tail = int(round(silence_tail * RATE))
+        # silence_lead / silence_tail: seconds of silence put before / after every clip. Whisper heard each clip
+        # inside a 30 s window of silence; a clip cut tight at the word is heard better with some of it around
+        # (docs/speech.md).
+        for key, value in (("silence_lead", silence_lead), ("silence_tail", silence_tail)):
+            if not 0.0 <= value <= 5.0:
+                raise ZooError(f"task.module.model.{key}={value}: give seconds in [0, 5]")
+        self.lead, self.tail = int(round(silence_lead * RATE)), int(round(silence_tail * RATE))
         self.mix = nn.Parameter(torch.zeros(len(taps))) if len(taps) > 1 else None
         self.head_dropout = nn.Dropout(head_dropout)
         # rnn_head > 0: a BiGRU of that width between the encoder and the output layer (context for the CTC head)
@@ -165,12 +168,12 @@ class WhisperCTC(nn.Module):
         return self.head(self.head_dropout(x)), out
 
     def with_tail(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch with `silence_tail` zeros right after each clip's end (tensor ops only: the exported graph keeps
-        it); unchanged without a tail."""
-        if not self.tail:
+        """The batch with `silence_lead` zeros before each clip and `silence_tail` zeros right after its end (tensor
+        ops only: the exported graph keeps them); unchanged without either."""
+        if not (self.lead or self.tail):
             return wave, lengths
         inside = torch.arange(wave.shape[1], device=wave.device)[None, :] < lengths[:, None]
-        return F.pad(wave * inside, (0, self.tail)), lengths + self.tail
+        return F.pad(wave * inside, (self.lead, self.tail)), lengths + self.lead + self.tail
 
     def _mixed(self, states: list[torch.Tensor]) -> torch.Tensor:
         assert self.mix is not None

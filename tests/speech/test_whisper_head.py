@@ -1,5 +1,5 @@
 """The Whisper CTC model's reading options: a weighted mix of encoder layers (feature_layers) and the silence
-appended after each clip (silence_tail). Tiny random configs, no weights needed."""
+put before and after each clip (silence_lead, silence_tail). Tiny random configs, no weights needed."""
 
 from __future__ import annotations
 
@@ -65,14 +65,32 @@ def test_silence_tail_equals_zeros_appended_by_hand_and_stays_batch_invariant():
         WhisperCTC(len(VOCAB), **TINY, silence_tail=-1)
 
 
+def test_silence_lead_equals_zeros_put_before_by_hand_with_the_tail_after():
+    plain, padded = _pair(silence_lead=0.05, silence_tail=0.1)  # 800 samples before, 1,600 after
+    a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
+    batch = torch.zeros(2, 16000)
+    batch[0], batch[1, :7000] = a, b
+    batch[1, 7000:] = 0.5  # junk past the clip's end must not reach the model
+    with torch.no_grad():
+        both, lengths = padded(batch, torch.tensor([16000, 7000]))
+        by_hand, n = plain(torch.cat([torch.zeros(800), b, torch.zeros(1600)])[None], torch.tensor([9400]))
+        alone, _ = padded(b[None], torch.tensor([7000]))
+    assert lengths.tolist() == [58, 29] and n.tolist() == [29]
+    assert torch.allclose(both[1, :29], by_hand[0], atol=1e-5)
+    assert torch.allclose(alone[0], by_hand[0], atol=1e-5)
+    with pytest.raises(ZooError, match=r"silence_lead=6.0.*seconds in \[0, 5\]"):
+        WhisperCTC(len(VOCAB), **TINY, silence_lead=6.0)
+
+
 def test_options_survive_the_checkpoint(tmp_path):
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000,
-                      model={**TINY, "feature_layers": [1, 2], "silence_tail": 0.2}, pretrained=False)
+                      model={**TINY, "feature_layers": [1, 2], "silence_tail": 0.2, "silence_lead": 0.1},
+                      pretrained=False)
     path = tmp_path / "m.ckpt"
     torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams)}, path)
     back = CTCRecognizer(**torch.load(path, weights_only=False)["hyper_parameters"])
     back.load_state_dict(torch.load(path, weights_only=False)["state_dict"])
-    assert back.model.taps == (1, 2) and back.model.tail == 3200
+    assert back.model.taps == (1, 2) and back.model.tail == 3200 and back.model.lead == 1600
     assert torch.equal(back.model.mix, m.model.mix)
 
 
