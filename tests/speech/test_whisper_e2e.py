@@ -20,7 +20,8 @@ from zoo.testing import SIGTERM_AT, TINY, run_dirs, zoo_env
 pytestmark = pytest.mark.slow
 ENV = {"OMP_NUM_THREADS": "1"}
 WHISPER = [*TINY, "experiment=speech_whisper_finetune", "task.module.pretrained=false", "logger=csv",
-           "task.module.model={d_model: 16, layers: 1, heads: 2, ffn: 32, silence_tail: 0.1}", "task.data.batch_size=2"]
+           "task.module.model={d_model: 16, layers: 1, heads: 2, ffn: 32, silence_lead: 0.05, silence_tail: 0.1}",
+           "task.data.batch_size=2"]
 
 
 def _serve_once(ckpt: Path, cwd: Path, files: list[Path]) -> list[dict]:
