@@ -50,36 +50,27 @@ def test_feature_layers_stop_at_the_highest_tap_and_refuse_missing_layers():
             WhisperCTC(len(VOCAB), **TINY, feature_layers=bad)
 
 
-def test_silence_tail_equals_zeros_appended_by_hand_and_stays_batch_invariant():
-    plain, tailed = _pair(silence_tail=0.1)  # 1,600 samples
-    a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
-    batch = torch.zeros(2, 16000)
-    batch[0], batch[1, :7000] = a, b
-    batch[1, 7000:] = 0.5  # junk past the clip's end must not reach the model
-    with torch.no_grad():
-        both, lengths = tailed(batch, torch.tensor([16000, 7000]))
-        by_hand, n = plain(torch.cat([b, torch.zeros(1600)])[None], torch.tensor([8600]))
-    assert lengths.tolist() == [55, 27] and n.tolist() == [27]
-    assert torch.allclose(both[1, :27], by_hand[0], atol=1e-5)
-    with pytest.raises(ZooError, match=r"silence_tail=-1.*seconds in \[0, 5\]"):
-        WhisperCTC(len(VOCAB), **TINY, silence_tail=-1)
-
-
-def test_silence_lead_equals_zeros_put_before_by_hand_with_the_tail_after():
-    plain, padded = _pair(silence_lead=0.05, silence_tail=0.1)  # 800 samples before, 1,600 after
+@pytest.mark.parametrize(("options", "before", "after", "frames", "bad"), [
+    ({"silence_tail": 0.1}, 0, 1600, [55, 27], {"silence_tail": -1}),
+    ({"silence_lead": 0.05, "silence_tail": 0.1}, 800, 1600, [58, 29], {"silence_lead": 6.0}),
+])
+def test_silence_equals_zeros_put_by_hand_and_stays_batch_invariant(options, before, after, frames, bad):
+    plain, padded = _pair(**options)
     a, b = torch.randn(16000) * 0.1, torch.randn(7000) * 0.1
     batch = torch.zeros(2, 16000)
     batch[0], batch[1, :7000] = a, b
     batch[1, 7000:] = 0.5  # junk past the clip's end must not reach the model
     with torch.no_grad():
         both, lengths = padded(batch, torch.tensor([16000, 7000]))
-        by_hand, n = plain(torch.cat([torch.zeros(800), b, torch.zeros(1600)])[None], torch.tensor([9400]))
+        by_hand, n = plain(torch.cat([torch.zeros(before), b, torch.zeros(after)])[None],
+                           torch.tensor([before + 7000 + after]))
         alone, _ = padded(b[None], torch.tensor([7000]))
-    assert lengths.tolist() == [58, 29] and n.tolist() == [29]
-    assert torch.allclose(both[1, :29], by_hand[0], atol=1e-5)
+    assert lengths.tolist() == frames and n.tolist() == frames[1:]
+    assert torch.allclose(both[1, : frames[1]], by_hand[0], atol=1e-5)
     assert torch.allclose(alone[0], by_hand[0], atol=1e-5)
-    with pytest.raises(ZooError, match=r"silence_lead=6.0.*seconds in \[0, 5\]"):
-        WhisperCTC(len(VOCAB), **TINY, silence_lead=6.0)
+    (key, value), = bad.items()
+    with pytest.raises(ZooError, match=rf"{key}={value}.*seconds in \[0, 5\]"):
+        WhisperCTC(len(VOCAB), **TINY, **bad)
 
 
 def test_options_survive_the_checkpoint(tmp_path):
