@@ -7,8 +7,9 @@ Per held-out speaker, one fold at a time: `python -m zoo train experiment=speech
 task.data.holdout_speaker=<name>` (its test/acc: lexicon beam search over the ten digit words), then
 `python -m zoo predict` of the best checkpoint with greedy decoding on every file of that speaker (word accuracy =
 exact matches with the spoken digit's name). Prints one JSON line per fold (wall seconds start to end, the load) and
-the mean. `--forward` instead times the model (front end, encoder, head) on a 1 s utterance on one thread: wall and
-CPU milliseconds, median and range of 50 calls after 5 warm-up calls, with the load.
+the mean. `--forward` instead times the model (front end, encoder, head) on a 1 s utterance on one thread, bare and
+with the preset's silence before and after it: wall and CPU milliseconds, median and range of 50 calls after 5
+warm-up calls, with the load.
 """
 
 from __future__ import annotations
