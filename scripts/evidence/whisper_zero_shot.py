@@ -3,13 +3,14 @@
     python scripts/evidence/whisper_zero_shot.py [--data ../shared/data/fsdd] [--speakers nicolas] [--takes 5]
 
 The packaged CTranslate2 model.bin (speech/ct2.py) is renamed onto transformers' WhisperForConditionalGeneration
-(decoder included: fused q,k,v self-attention, fused k,v cross-attention, the output layer tied to the token
-embeddings); every file (takes 0 to --takes - 1 of each digit) is read at 16 kHz and padded to Whisper's 30 s by
-WhisperFeatureExtractor, as Whisper was trained. The decoder scores each of the ten digit words in six spellings
-(" six", " Six", " Six.", " 6", " 6.", " six.") after <|startoftranscript|><|notimestamps|>, end-of-text included;
-the best-scoring spelling's digit is the answer: zero-shot word accuracy with a closed vocabulary, what the
-pretrained model brings before the zoo trains anything. Prints each speaker's accuracy, its confusions and the wall
-time. A probe, not the product (`experiment=speech_fsdd_whisper`, docs/speech.md).
+(the encoder by speech/whisper_weights.py, the decoder here: fused q,k,v self-attention, fused k,v cross-attention,
+the output layer tied to the token embeddings); every file (takes 0 to --takes - 1 of each digit) is read at 16 kHz
+and padded to Whisper's 30 s by WhisperFeatureExtractor, as Whisper was trained. The decoder scores each of the ten
+digit words in six spellings (" six", " Six", " Six.", " 6", " 6.", " six.") after
+<|startoftranscript|><|notimestamps|>, end-of-text included; the best-scoring spelling's digit is the answer:
+zero-shot word accuracy with a closed vocabulary, what the pretrained model brings before the zoo trains anything.
+Prints each speaker's accuracy, its confusions and the wall time. A probe, not the product
+(`experiment=speech_fsdd_whisper`, docs/speech.md).
 """
 
 from __future__ import annotations
@@ -25,20 +26,23 @@ from common import SHARED, load1
 
 from speech.audio import load_audio
 from speech.ct2 import read_ct2
-from speech.whisper_weights import packaged_file
+from speech.whisper_weights import ct2_to_zoo, packaged_file, split_qkv
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SOT, NO_TIMESTAMPS, EOT = 50257, 50362, 50256  # tiny.en's special tokens (vocabulary.txt lines 50258, 50363, 50257)
 
 
 def whisper_from_ct2(path: Path):
-    """transformers' WhisperForConditionalGeneration holding the CTranslate2 file's weights (float32)."""
+    """transformers' WhisperForConditionalGeneration holding the CTranslate2 file's weights (float32): the encoder
+    through the zoo's own tested renaming (`ct2_to_zoo`, whose names are transformers' under `model.`), the decoder
+    renamed here."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     raw = read_ct2(path).variables
     v = {k: t.float() for k, t in raw.items() if t.dim()}
     width, mels = v["encoder/conv1/weight"].shape[:2]
-    layers = len({k.split("/")[1] for k in v if k.split("/")[1].removeprefix("layer_").isdigit()})
+    parts = [k.split("/") for k in v if k.startswith("decoder/")]
+    layers = len({p[1] for p in parts if p[1].removeprefix("layer_").isdigit()})
     heads = int(raw["encoder/num_heads"])
     cfg = WhisperConfig(vocab_size=v["decoder/embeddings/weight"].shape[0], d_model=width, num_mel_bins=mels,
                         encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
@@ -47,35 +51,31 @@ def whisper_from_ct2(path: Path):
                         decoder_ffn_dim=v["decoder/layer_0/ffn/linear_0/weight"].shape[0],
                         max_source_positions=v["encoder/position_encodings/encodings"].shape[0],
                         max_target_positions=v["decoder/position_encodings/encodings"].shape[0])
-    sd: dict[str, torch.Tensor] = {}
+    sd = {f"model.{name}": t for name, t in ct2_to_zoo(v)[0].items()}
 
     def copy(dst: str, src: str) -> None:
         leaf = ("gamma", "beta") if f"{src}/gamma" in v else ("weight", "bias")
         sd[f"{dst}.weight"], sd[f"{dst}.bias"] = v[f"{src}/{leaf[0]}"], v[f"{src}/{leaf[1]}"]
 
-    for side in ("encoder", "decoder"):
-        for i in range(layers):
-            o, p = f"{side}/layer_{i}/", f"model.{side}.layers.{i}."
-            q, k, val = v[o + "self_attention/linear_0/weight"].chunk(3)
-            qb, _, vb = v[o + "self_attention/linear_0/bias"].chunk(3)  # the k bias is stored as zeros
-            sd |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                   p + "self_attn.v_proj.weight": val, p + "self_attn.q_proj.bias": qb, p + "self_attn.v_proj.bias": vb}
-            copy(p + "self_attn.out_proj", o + "self_attention/linear_1")
-            copy(p + "self_attn_layer_norm", o + "self_attention/layer_norm")
-            copy(p + "fc1", o + "ffn/linear_0")
-            copy(p + "fc2", o + "ffn/linear_1")
-            copy(p + "final_layer_norm", o + "ffn/layer_norm")
-            if side == "decoder":
-                copy(p + "encoder_attn.q_proj", o + "attention/linear_0")
-                ck, cv = v[o + "attention/linear_1/weight"].chunk(2)
-                sd |= {p + "encoder_attn.k_proj.weight": ck, p + "encoder_attn.v_proj.weight": cv,
-                       p + "encoder_attn.v_proj.bias": v[o + "attention/linear_1/bias"].chunk(2)[1]}
-                copy(p + "encoder_attn.out_proj", o + "attention/linear_2")
-                copy(p + "encoder_attn_layer_norm", o + "attention/layer_norm")
-        copy(f"model.{side}.layer_norm", f"{side}/layer_norm")
-        sd[f"model.{side}.embed_positions.weight"] = v[f"{side}/position_encodings/encodings"]
-    copy("model.encoder.conv1", "encoder/conv1")
-    copy("model.encoder.conv2", "encoder/conv2")
+    for i in range(layers):
+        o, p = f"decoder/layer_{i}/", f"model.decoder.layers.{i}."
+        q, k, val = split_qkv(v[o + "self_attention/linear_0/weight"])
+        qb, _, vb = split_qkv(v[o + "self_attention/linear_0/bias"])  # the k bias is stored as zeros
+        sd |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+               p + "self_attn.v_proj.weight": val, p + "self_attn.q_proj.bias": qb, p + "self_attn.v_proj.bias": vb}
+        copy(p + "self_attn.out_proj", o + "self_attention/linear_1")
+        copy(p + "self_attn_layer_norm", o + "self_attention/layer_norm")
+        copy(p + "encoder_attn.q_proj", o + "attention/linear_0")
+        ck, cv = v[o + "attention/linear_1/weight"].chunk(2)  # cross-attention: k and v fused, no k bias
+        sd |= {p + "encoder_attn.k_proj.weight": ck, p + "encoder_attn.v_proj.weight": cv,
+               p + "encoder_attn.v_proj.bias": v[o + "attention/linear_1/bias"].chunk(2)[1]}
+        copy(p + "encoder_attn.out_proj", o + "attention/linear_2")
+        copy(p + "encoder_attn_layer_norm", o + "attention/layer_norm")
+        copy(p + "fc1", o + "ffn/linear_0")
+        copy(p + "fc2", o + "ffn/linear_1")
+        copy(p + "final_layer_norm", o + "ffn/layer_norm")
+    copy("model.decoder.layer_norm", "decoder/layer_norm")
+    sd["model.decoder.embed_positions.weight"] = v["decoder/position_encodings/encodings"]
     sd["model.decoder.embed_tokens.weight"] = sd["proj_out.weight"] = v["decoder/embeddings/weight"]
     model = WhisperForConditionalGeneration(cfg).eval()
     missing, unexpected = model.load_state_dict(sd, strict=False)
