@@ -42,7 +42,7 @@ def pooled_layers(files: list[Path], tail: float, pad_to: float, lead: float = 0
         for f in files:
             wave = load_audio(str(f), 16000)
             wave = F.pad(wave, (0, max(0, int(pad_to * 16000) - wave.shape[-1])))
-            feats, frames = net.front(*net.with_tail(wave[None], torch.tensor([wave.shape[-1]])))
+            feats, frames = net.front(*net.with_silence(wave[None], torch.tensor([wave.shape[-1]])))
             stem = F.gelu(enc.conv2(F.gelu(enc.conv1(feats)))).transpose(1, 2)
             states, _ = enc.states(feats, frames, tuple(range(1, layers + 1)))
             rows.append(torch.stack([h[0].mean(0) for h in [stem, *states]]).numpy())

@@ -155,7 +155,7 @@ class WhisperCTC(nn.Module):
         self.head = nn.Linear(2 * rnn_head if rnn_head else dims["d_model"], vocab_size)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        feats, frames = self.front(*self.with_tail(wave, lengths))
+        feats, frames = self.front(*self.with_silence(wave, lengths))
         if self.augment is not None:
             feats = self.augment(feats, frames)
         states, out = self.encoder.states(feats, frames, self.taps)
@@ -167,7 +167,7 @@ class WhisperCTC(nn.Module):
             x = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])[0]
         return self.head(self.head_dropout(x)), out
 
-    def with_tail(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def with_silence(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch with `silence_lead` zeros before each clip and `silence_tail` zeros right after its end (tensor
         ops only: the exported graph keeps them); unchanged without either."""
         if not (self.lead or self.tail):
