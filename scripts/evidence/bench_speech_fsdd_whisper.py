@@ -20,9 +20,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
 from common import ROOT, SHARED, ZOO, Spread, load1, run, zoo_env
 
-PRESET_SILENCE = {"silence_lead": 0.3, "silence_tail": 0.3}  # configs/experiment/speech_fsdd_whisper.yaml
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
@@ -81,7 +81,9 @@ def main() -> None:
     ap.add_argument("--forward", action="store_true", help="only time the encoder forward on a 1 s utterance")
     args, extra = ap.parse_known_args()
     if args.forward:
-        for model in (None, PRESET_SILENCE):  # the bare encoder, then with the preset's 0.3 s before and after
+        preset = yaml.safe_load((ROOT / "configs" / "experiment" / "speech_fsdd_whisper.yaml").read_text())
+        silence = {k: v for k, v in preset["task"]["module"]["model"].items() if k.startswith("silence_")}
+        for model in (None, silence):  # the bare encoder, then with the preset's silence before and after
             wall, cpu = forward_ms(model=model)
             print(json.dumps({"model": model or {}, "forward_1s_wall_ms": wall.median_range(),
                               "forward_1s_cpu_ms": cpu.median_range(), "load": load1()}))
