@@ -84,10 +84,11 @@ class DCGAN(L.LightningModule):
         self.register_buffer("fixed_labels", torch.arange(num_fixed) % max(1, k))
         self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
         # Fine-tuning G and D from an earlier run (gan/pretrained.py); the zoo saves `pretrained` as False in every
-        # checkpoint, so load_from_checkpoint never reads the source again.
+        # checkpoint, so load_from_checkpoint never reads the source again; nor does a resumed run.
         from gan.pretrained import load_pretrained
+        from zoo.kit.pretrained import unless_resuming
 
-        self.pretrained_report = load_pretrained(self, pretrained)
+        self.pretrained_report = unless_resuming(lambda: load_pretrained(self, pretrained))
 
     # ------------------------------------------------------------------------------------------------ sampling
     @property

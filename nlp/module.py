@@ -21,6 +21,7 @@ from nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
 from nlp.metrics import make_metrics
 from nlp.models import load_classifier, load_config, load_tokenizer, param_groups
 from zoo.base import plain
+from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
 from zoo.kit import tb
 from zoo.kit.optim import configure
@@ -49,6 +50,10 @@ class SequenceClassifier(pl.LightningModule):
                            "set task.data.task_type=regression for numeric targets")
         self.num_labels = 1 if task_type == "regression" else len(label_names)
         self.pretrained_report: dict | None = None
+        resumed = resumed_checkpoint()
+        if resumed is not None and encoder_config is None:  # a resume: its checkpoint restores every tensor next
+            encoder_config = self.hparams["encoder_config"] = resumed["hyper_parameters"].get("encoder_config")
+            self.pretrained_report = resumed["pretrained_report"]
         if encoder_config is None:  # a new run: config, tokenizer and (if pretrained) weights from the source
             config, kind = self._new_model(encoder, pretrained)
             try:

@@ -79,10 +79,12 @@ class PPO(LightningModule):
         self.update = 0  # PPO updates done (checkpointed)
         self.world = 1
         # Fine-tuning from another run (rl/pretrained.py: same observations, any action space); a new run with its
-        # own optimiser, schedule and step count. The zoo saves `pretrained` as False in every checkpoint.
+        # own optimiser, schedule and step count. The zoo saves `pretrained` as False in every checkpoint, and a
+        # resumed run does not read it (its checkpoint restores every tensor).
         from rl.pretrained import load_pretrained
+        from zoo.kit.pretrained import unless_resuming
 
-        self.pretrained_report = load_pretrained(self, pretrained)
+        self.pretrained_report = unless_resuming(lambda: load_pretrained(self, pretrained))
 
     def _check_hparams(self) -> None:
         h, n = self.hparams, self.env_cfg["num_envs"]

@@ -41,8 +41,17 @@ class CTCRecognizer(L.LightningModule):
         self.features = LogMel(sample_rate, n_mels, voice=voice, norm=norm)  # voice: VTLP / pitch, training only
         self.specaugment = SpecAugment(**(specaugment or {}))
         self.pretrained_report: dict | None = None
+        from zoo.core.resume import resumed_checkpoint
+        from zoo.kit.pretrained import unless_resuming
+
         from .whisper_weights import choice
 
+        # A resumed run: its checkpoint restores every tensor next, so no weights are read here, and an HF encoder's
+        # architecture comes from the checkpoint (as load_from_checkpoint has it), not from its source again.
+        resumed = resumed_checkpoint()
+        self._resumed = resumed is not None
+        if resumed is not None and encoder_config is None:
+            encoder_config = resumed["hyper_parameters"].get("encoder_config")
         if arch != "whisper" and choice(pretrained) == "auto":
             pretrained = None  # auto: the arch's packaged weights, and only Whisper has any; the others start random
             log.info("task.module.pretrained=auto: arch %s has no packaged weights; random init", arch)
@@ -60,7 +69,7 @@ class CTCRecognizer(L.LightningModule):
         from .pretrained import load_pretrained
 
         if self.pretrained_report is None:  # not an HF encoder already loaded by hub id or folder
-            self.pretrained_report = load_pretrained(self, pretrained)
+            self.pretrained_report = unless_resuming(lambda: load_pretrained(self, pretrained))
 
     def _acoustic_model(self, arch: str, n_mels: int, model: dict | None, pretrained: Any,
                         encoder_config: dict | None) -> torch.nn.Module:
@@ -182,8 +191,8 @@ class CTCRecognizer(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         # init_from: the deprecated spelling of pretrained. Old checkpoints keep it in their hparams, so it is read at
-        # fit only (never by load_from_checkpoint); setup runs before a resumed checkpoint is restored, which wins.
-        if stage == "fit" and self.hparams.init_from and self.pretrained_report is None:
+        # the start of a new fit only (never by load_from_checkpoint, nor on a resume: the checkpoint restores all).
+        if stage == "fit" and self.hparams.init_from and self.pretrained_report is None and not self._resumed:
             from .pretrained import load_init_weights
 
             log.warning("task.module.init_from is deprecated: use task.module.pretrained=%s", self.hparams.init_from)

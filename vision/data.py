@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torchvision.transforms import v2
 
+from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
 from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
 from zoo.kit.loaders import auto_workers, loader_options
@@ -77,7 +78,13 @@ class ImageDataModule(pl.LightningDataModule):
             log.info("cache_features: training images are not augmented (cached features stand for fixed inputs)")
             self.augment = False
         self.channels = channels or (1 if dataset == "digits" else 3)
-        norm = norm_config(arch, pretrained)  # the inputs the chosen weights were trained on
+        # the inputs the chosen weights were trained on; a resume goes on with those its run began on (which a
+        # pretrained file moved since could no longer tell)
+        saved = (resumed_checkpoint() or {}).get("hyper_parameters") or {}
+        if saved.get("mean") and saved.get("std") and saved.get("image_size"):
+            norm = {"mean": saved["mean"], "std": saved["std"], "input_size": saved["image_size"]}
+        else:
+            norm = norm_config(arch, pretrained)
         self.image_size = int(image_size or norm["input_size"])
         self.mean, self.std = channel_stats(norm["mean"], self.channels), channel_stats(norm["std"], self.channels)
         self.num_workers = 0 if dataset == "digits" else auto_workers(num_workers)  # in-memory: workers only cost

@@ -16,6 +16,7 @@ from vision import finetune as ft
 from vision import frozen
 from vision import headfit as hf
 from vision.models import create_backbone, head_prefixes
+from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
 from zoo.kit import optim, tb
 
@@ -63,7 +64,14 @@ class ImageClassifier(pl.LightningModule):
         if not isinstance(frozen_jit, bool):  # a string such as "maybe" would be truthy
             raise ZooError(f"task.module.frozen_jit must be true or false, got '{frozen_jit}'")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
+        resumed = resumed_checkpoint()
+        if resumed is not None and resumed["pretrained_report"]:
+            # a resume: its checkpoint restores every tensor next, so the architecture only (no weights read), and
+            # what the run began from as its checkpoint recorded it
+            self.model, _ = create_backbone(arch, num_classes, in_chans, False, drop_rate)
+            source = str(resumed["pretrained_report"]["line"])
+        else:
+            self.model, source = create_backbone(arch, num_classes, in_chans, pretrained, drop_rate)
         self.pretrained_report = {"source": str(pretrained), "line": source}  # zoo.kit.pretrained.PretrainedReport
         # pretrained BatchNorm statistics are what the head is fitted to: kept after unfreezing (vision/finetune.py);
         # a randomly initialised backbone has none worth keeping, so its BatchNorm trains once it opens

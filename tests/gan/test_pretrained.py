@@ -112,3 +112,22 @@ def test_bad_values_are_one_line(digits_ckpt, tmp_path):
         assert str(e.value).startswith("task.module.pretrained") and "\n" not in str(e.value)
     with pytest.raises(ZooError, match="does not match this architecture"):
         DCGAN(pretrained=path, **{**TINY, "width": 32}, **kw)  # another width: nothing fits
+
+
+def test_a_resume_reads_no_source_and_keeps_what_the_run_began_from(digits_ckpt, tmp_path):
+    """`zoo train` builds a resumed run inside resumed_from: its checkpoint restores every tensor, so the
+    `pretrained` file it began from is not read (here: one that is not there) and its report is the checkpoint's."""
+    from zoo.core.resume import resumed_from
+
+    _, path = digits_ckpt
+    kw = dict(conditional=True, channels=1, image_size=32, num_classes=10, class_names=[str(i) for i in range(10)])
+    m = DCGAN(pretrained=path, **TINY, **kw)
+    torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams),
+                "pretrained_report": m.pretrained_report}, tmp_path / "last.ckpt")
+    gone = str(tmp_path / "moved-away.ckpt")
+    with pytest.raises(ZooError, match="not found"):
+        DCGAN(pretrained=gone, **TINY, **kw)
+    with resumed_from(str(tmp_path / "last.ckpt")):
+        again = DCGAN(pretrained=gone, **TINY, **kw)
+    assert again.pretrained_report == m.pretrained_report and again.pretrained_report["source"] == path
+    again.load_state_dict(m.state_dict())

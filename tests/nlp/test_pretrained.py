@@ -79,3 +79,24 @@ def test_bad_values_are_one_line(source, tiny_encoder, tmp_path):
         with pytest.raises(ZooError, match=message) as e:
             SequenceClassifier(tiny_encoder, pretrained=value, label_names=["a", "b", "c"])
         assert str(e.value).startswith("task.module.pretrained") and "\n" not in str(e.value)
+
+
+def test_a_resume_reads_neither_the_source_nor_the_encoders_weights(source, tiny_encoder, tmp_path):
+    """`zoo train` builds a resumed run inside resumed_from: the architecture comes from its checkpoint (as
+    load_from_checkpoint has it) and the `pretrained` file it began from is not read (it may be gone since)."""
+    from zoo.core.resume import resumed_from
+
+    src, _, _ = source
+    value = save(src, tmp_path / "moved.ckpt")
+    m = SequenceClassifier(tiny_encoder, pretrained=value, label_names=["a", "b", "c"])
+    run: dict = {"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams)}
+    PretrainedReport().on_save_checkpoint(None, m, run)
+    torch.save(run, tmp_path / "last.ckpt")
+    Path(value).unlink()
+    with pytest.raises(ZooError, match="not found"):
+        SequenceClassifier(tiny_encoder, pretrained=value, label_names=["a", "b", "c"])
+    with resumed_from(str(tmp_path / "last.ckpt")):
+        again = SequenceClassifier(tiny_encoder, pretrained=value, label_names=["a", "b", "c"])
+    assert again.hparams.encoder_config == m.hparams.encoder_config and again.hparams.pretrained == value
+    assert again.pretrained_report == run["pretrained_report"]
+    again.load_state_dict(m.state_dict())

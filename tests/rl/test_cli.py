@@ -78,21 +78,29 @@ def test_cartpole_train_test_predict_resume(run_zoo, tmp_path: Path) -> None:
 
 
 def test_resume_after_mid_epoch_sigterm(run_zoo, tmp_path: Path) -> None:
+    """The stopped run fine-tunes from another run's checkpoint, which is moved away before the resume: a resume
+    needs only its own checkpoint, and its checkpoints still say what the run began from."""
+    run_zoo("train", *with_("task.module.total_timesteps=256"), "test_after_fit=false", check=True)
+    source = run_dirs(tmp_path, "rl/ppo")[0] / "checkpoints" / "last.ckpt"
     # 2 envs x 64 steps per update, 4 epochs x 4 minibatches = 16 optimizer steps per update, 4 updates per epoch:
     # the SIGTERM after optimizer step 80 lands after update 5, inside the second epoch.
-    args = [*SHORT, "test_after_fit=false", SIGTERM_AT, "+callbacks.sigterm.step=80"]
+    args = [*SHORT, "test_after_fit=false", SIGTERM_AT, "+callbacks.sigterm.step=80",
+            f"task.module.pretrained={source}"]
     p = run_zoo("train", *args)
     assert p.returncode == 143, p.stdout[-3000:]
-    run = run_dirs(tmp_path, "rl/ppo")[0]
+    assert f"zoo: weights from {source}" in p.stdout
+    (run,) = [r for r in run_dirs(tmp_path, "rl/ppo") if r != source.parent.parent]
+    source.rename(tmp_path / "moved.ckpt")
     last = run / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["rl"]["update"] == 5 and ckpt["global_step"] == 80
     assert ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1  # mid-epoch, not at its end
 
     r = run_zoo("train", f"ckpt_path={run}", check=True)
-    assert "finished rl/ppo" in r.stdout
+    assert "finished rl/ppo" in r.stdout and "weights from" not in r.stdout
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["rl"]["update"] == 8 and ckpt["global_step"] == 8 * 16
+    assert ckpt["pretrained_report"]["source"] == str(source) and ckpt["zoo"]["pretrained"] == str(source)
     # The resumed part continues the step count: updates 6, 7, 8 (2 envs x 64 steps each), to the requested 1024.
     assert env_steps(metrics(run)) == [768.0, 896.0, 1024.0]
 

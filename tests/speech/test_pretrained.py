@@ -5,12 +5,14 @@ deprecated `init_from` still works and old checkpoints holding it still load; ba
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
 
 from speech.module import CTCRecognizer
 from speech.vocab import BLANK
+from zoo.core.resume import resumed_checkpoint, resumed_from
 from zoo.errors import ZooError
 from zoo.kit.pretrained import PretrainedReport
 
@@ -61,6 +63,27 @@ def test_init_from_is_a_deprecated_alias_and_old_checkpoints_still_load(source, 
     old = save(CTCRecognizer(vocab=[BLANK, " ", "a"], init_from=str(tmp_path / "long-gone.ckpt"), **SMALL),
                tmp_path / "old.ckpt")
     assert CTCRecognizer.load_from_checkpoint(old).hparams.init_from.endswith("long-gone.ckpt")
+
+
+def test_a_resumed_run_reads_no_pretrained_source(source, tmp_path):
+    """`zoo train` builds a resumed run's module inside resumed_from: its checkpoint restores every tensor next, so
+    neither `pretrained` nor the deprecated `init_from` is read (the file may be gone since the run began), and the
+    report the run began with is what its later checkpoints keep."""
+    _, path = source
+    m = CTCRecognizer(vocab=[BLANK, " ", "a", "b"], pretrained=path, **SMALL)
+    run: dict = {"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams)}
+    PretrainedReport().on_save_checkpoint(None, m, run)
+    torch.save(run, tmp_path / "last.ckpt")
+    Path(path).unlink()
+    with pytest.raises(ZooError, match="not found"):  # a new run needs the source
+        CTCRecognizer(vocab=[BLANK, " ", "a", "b"], pretrained=path, **SMALL)
+    with resumed_from(str(tmp_path / "last.ckpt")):
+        again = CTCRecognizer(vocab=[BLANK, " ", "a", "b"], pretrained=path, **SMALL)
+        old = CTCRecognizer(vocab=[BLANK, " ", "a", "b"], init_from=path, **SMALL)
+    assert resumed_checkpoint() is None  # only while the module is built
+    assert again.pretrained_report == run["pretrained_report"] and again.hparams.pretrained == path
+    old.setup("fit")  # a new run reads init_from here (and would fail: the file is gone)
+    assert old.pretrained_report == run["pretrained_report"]
 
 
 def test_auto_is_random_init_for_an_arch_without_packaged_weights():

@@ -11,6 +11,7 @@ import torch
 from speech.models import list_models
 from speech.models.hf import layer_id, param_groups, write_tiny_encoder
 from speech.module import CTCRecognizer
+from zoo.core.resume import resumed_from
 from zoo.errors import ZooError
 from zoo.testing import TINY, run_dirs
 
@@ -38,6 +39,21 @@ def test_encoder_from_folder_and_rebuilt_from_checkpoint_hparams(tiny, arch):
     again = CTCRecognizer(vocab=TOKENS, arch=arch, pretrained=False, encoder_config=hp).eval()
     again.load_state_dict(module.state_dict())
     assert torch.equal(again(wave, lengths)[0], log_probs)
+
+
+def test_a_resume_takes_the_architecture_from_its_checkpoint_not_the_encoder_folder(tiny, tmp_path):
+    """A resumed run (built inside resumed_from) gets its encoder's architecture from the checkpoint, as
+    load_from_checkpoint does: the folder it began from is not read, and may be gone."""
+    module = CTCRecognizer(vocab=TOKENS, arch="hubert", pretrained=tiny["hubert"])
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                "pretrained_report": module.pretrained_report}, tmp_path / "last.ckpt")
+    with resumed_from(str(tmp_path / "last.ckpt")):
+        again = CTCRecognizer(vocab=TOKENS, arch="hubert", pretrained=str(tmp_path / "moved-away"))
+    assert again.hparams.encoder_config == module.hparams.encoder_config
+    assert again.pretrained_report == module.pretrained_report
+    again.load_state_dict(module.state_dict())  # the same architecture: every tensor fits
+    with pytest.raises(ZooError, match="moved-away"):
+        CTCRecognizer(vocab=TOKENS, arch="hubert", pretrained=str(tmp_path / "moved-away"))
 
 
 def test_feature_encoder_frozen_and_layer_wise_lr_decay(tiny):

@@ -185,3 +185,33 @@ def test_imagefolder_preset_fine_tunes_the_packaged_weights_offline(monkeypatch)
     assert backbone.weights_source(module.arch, module.pretrained) == "package"
     hub = compose(["experiment=vision_imagefolder", "task.module.arch=resnet50.a1_in1k"]).task.module
     assert backbone.weights_source(hub.arch, hub.pretrained) == "hub"  # one override away
+
+
+def test_a_resume_keeps_its_runs_inputs_and_start_without_reading_the_source(tmp_path):
+    """`zoo train` builds a resumed run inside resumed_from: its checkpoint restores every tensor, so the weights
+    file the run began from is not read (it may be gone since), the data keep the normalisation the run began
+    with (which only that file could tell), and the pretrained BatchNorm statistics stay kept as before."""
+    from vision.data import ImageDataModule
+    from vision.module import ImageClassifier
+    from zoo.core.resume import resumed_from
+
+    src = tmp_path / "flowers.ckpt"
+    model, _ = backbone.create_backbone(ARCH, num_classes=3, pretrained=False)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "hyper_parameters": {"arch": ARCH, "mean": [0.5] * 3, "std": [0.5] * 3},
+                "zoo": {"task": "vision/resnet"}}, src)
+    data = ImageDataModule(dataset="digits", arch=ARCH, channels=3, pretrained=str(src))
+    m = ImageClassifier(arch=ARCH, pretrained=str(src), **data.model_kwargs())
+    assert list(data.mean) == [0.5] * 3 and m.keep_bn_stats
+    torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams),
+                "pretrained_report": m.pretrained_report}, tmp_path / "last.ckpt")
+    src.unlink()
+    assert list(ImageDataModule(dataset="digits", arch=ARCH, channels=3, pretrained=str(src)).mean) != [0.5] * 3
+    with pytest.raises(ZooError, match="flowers.ckpt"):
+        ImageClassifier(arch=ARCH, pretrained=str(src), **data.model_kwargs())
+    with resumed_from(str(tmp_path / "last.ckpt")):
+        data = ImageDataModule(dataset="digits", arch=ARCH, channels=3, pretrained=str(src))
+        again = ImageClassifier(arch=ARCH, pretrained=str(src), **data.model_kwargs())
+    assert list(data.mean) == [0.5] * 3 and list(data.std) == [0.5] * 3 and data.image_size == m.hparams.image_size
+    assert again.keep_bn_stats and again.pretrained_report == m.pretrained_report
+    again.load_state_dict(m.state_dict())

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from zoo.core.naming import output_root
@@ -75,6 +78,35 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     if in_run:
         return merged + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
     return user + [f"ckpt_path='{ckpt}'"]
+
+
+# What the checkpoint of a run being resumed recorded, while its module is built (`resumed_from`)
+_RESUMED: ContextVar[dict | None] = ContextVar("zoo_resumed", default=None)
+
+
+@contextmanager
+def resumed_from(ckpt_path: str | None) -> Iterator[None]:
+    """Build a resumed run's module inside this: its checkpoint replaces every tensor right after, so a module asks
+    `resumed_checkpoint()` and skips reading its `pretrained` source (seconds for hub weights, and the file may be
+    gone since the run began). The checkpoint is opened memory-mapped: its hyper-parameters and pretrained report
+    are read, its tensors are not."""
+    if not ckpt_path:
+        yield
+        return
+    import torch
+
+    saved = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    token = _RESUMED.set({"hyper_parameters": dict(saved.get("hyper_parameters") or {}),
+                          "pretrained_report": saved.get("pretrained_report")})
+    try:
+        yield
+    finally:
+        _RESUMED.reset(token)
+
+
+def resumed_checkpoint() -> dict | None:
+    """{hyper_parameters, pretrained_report} of the checkpoint the module being built resumes from, else None."""
+    return _RESUMED.get()
 
 
 def check_resume_task(cfg) -> str | None:  # noqa: ANN001

@@ -4,6 +4,7 @@ name and shape, report what loaded."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from zoo.core.checkpoint import load_checkpoint
+from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
 from zoo.kit import tb
 
@@ -162,6 +164,13 @@ def weights_path(value: Any, task: str, option: str = "task.module.pretrained",
         raise ZooError(f"{option}={value}: {task} has no hub weights; give a path to a {task} checkpoint "
                        f"(outputs/{task}/<run>/{example}) or false")
     return str(value)
+
+
+def unless_resuming(load: Callable[[], dict | None]) -> dict | None:
+    """A module's pretrained report: `load()` (which reads the weights) for a new run; for a resumed one the report
+    its checkpoint kept, and no read: that checkpoint replaces every tensor next (zoo.core.resume.resumed_from)."""
+    resumed = resumed_checkpoint()
+    return load() if resumed is None else resumed["pretrained_report"]
 
 
 class PretrainedReport(Callback):

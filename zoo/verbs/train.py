@@ -29,7 +29,7 @@ from zoo.core.ddp import (
     restore_dist_env,
 )
 from zoo.core.naming import output_root
-from zoo.core.resume import check_resume_task, resolve_resume
+from zoo.core.resume import check_resume_task, resolve_resume, resumed_from
 from zoo.core.runlock import claim_for, discard_new_folders
 from zoo.core.stops import Stopped, lightning_call, stopped_by
 from zoo.core.sweeps import continue_trial, finish_hint
@@ -202,7 +202,8 @@ def _train(cfg: DictConfig, overrides: list[str], resume: str | None) -> dict:
     from zoo.core.trainer import build_trainer, prepare_module
 
     start(cfg)
-    datamodule, module = build_data_and_module(cfg)
+    with resumed_from(resume):  # the module skips its pretrained source: the checkpoint restores every tensor
+        datamodule, module = build_data_and_module(cfg)
     callbacks, loggers = build_callbacks_and_loggers(cfg, overrides)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
