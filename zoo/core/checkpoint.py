@@ -143,7 +143,7 @@ def write_env(run_dir: Path, env: dict) -> Path:
         while (run_dir / f"env-resume-{n}.json").exists():
             n += 1
         path = run_dir / f"env-resume-{n}.json"
-        log.warning("zoo: this run continues on a different environment than it started on; see %s", path)
+        log.warning("this run continues on a different environment than it started on; see %s", path)
     from zoo.base import write_text_atomic
 
     return write_text_atomic(path, json.dumps(env, indent=1) + "\n")

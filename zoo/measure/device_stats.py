@@ -29,7 +29,7 @@ class DeviceStats(Callback):
         try:
             pynvml = open_nvml()
         except Exception as e:  # noqa: BLE001 - ImportError or NVMLError (no driver library)
-            log.warning("zoo: device_stats: NVML unavailable (%s: %s); `pip install nvidia-ml-py`. Logging the "
+            log.warning("device_stats: NVML unavailable (%s: %s); `pip install nvidia-ml-py`. Logging the "
                         "CPU side only", type(e).__name__, e)
             return CpuStats(self.rapl_root)
         local = getattr(trainer.strategy, "parallel_devices", None) or [trainer.strategy.root_device]
