@@ -170,3 +170,24 @@ def test_a_stop_before_the_first_save_leaves_no_new_folder(tmp_path):
     runlock.discard_new_folders()
     runlock.release_all()
     assert not (tmp_path / "outputs").exists() and (kept / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_runs_added_keys_replay_after_its_preset_gained_them():
+    """A run trained with `+task.module.model.silence_lead=0.5` (a key its preset lacked then) stays usable by test,
+    predict, export and resume after the preset took that key in: the checkpoint's overrides replay as `++` (add or
+    replace). A config group keeps `+` (Hydra cannot force-add one); the run's own locations are not replayed."""
+    from zoo.core.config import compose, register_resolvers
+    from zoo.core.overrides import carried_overrides
+
+    register_resolvers()
+    saved = ["experiment=speech_fsdd_whisper", "+task.module.model.silence_lead=0.5", "ckpt_path=/x/last.ckpt",
+             "hydra.run.dir=/x", "++task.module.model.silence_tail=0.4"]
+    with pytest.raises(Exception, match="An item is already at"):
+        compose([o for o in saved if not o.startswith(("ckpt_path", "hydra"))])
+    carried = carried_overrides(saved)
+    assert carried == ["experiment=speech_fsdd_whisper", "++task.module.model.silence_lead=0.5",
+                       "++task.module.model.silence_tail=0.4"]
+    model = compose(carried).task.module.model
+    assert model.silence_lead == 0.5 and model.silence_tail == 0.4
+    assert carried_overrides(["+hparams_search=vision", "+trainer.new_key=1"]) == ["+hparams_search=vision",
+                                                                                 "++trainer.new_key=1"]

@@ -12,8 +12,13 @@ def override_value(overrides: list[str], key: str) -> str | None:
 
 
 def carried_overrides(overrides: list[str]) -> list[str]:
-    """Overrides of an earlier run worth re-applying: not its checkpoint, run dir or Hydra internals."""
-    return [o for o in overrides if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "run_dir="))]
+    """Overrides of an earlier run worth re-applying: not its checkpoint, run dir or Hydra internals.
+
+    A value the run added (`+a.b=v`) is re-applied as `++a.b=v` (add or replace): the config may have gained that
+    key since (a preset that took the run's setting in), and a plain `+` would then refuse the run's own checkpoint.
+    Config groups (`+hparams_search=...`: no dot in their name) keep `+`, as Hydra cannot force-add a group."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.", "run_dir="))]
+    return [f"+{o}" if o.startswith("+") and not o.startswith("++") and "." in override_key(o) else o for o in kept]
 
 
 def unquote(value: str) -> str:
