@@ -1,5 +1,6 @@
-"""CTC decoding: greedy best path (pure, tested on hand-made emissions) and beam search with torchaudio's
-flashlight-text decoder, optionally constrained by a lexicon and scored by a KenLM language model."""
+"""CTC decoding: greedy best path (pure, tested on hand-made emissions), beam search with torchaudio's
+flashlight-text decoder, optionally constrained by a lexicon and scored by a KenLM language model, and isolated
+words: each utterance one word of a closed list, chosen by its CTC likelihood."""
 
 from __future__ import annotations
 
@@ -37,14 +38,56 @@ def greedy_decode(emissions: torch.Tensor, lengths: torch.Tensor, tokens: Sequen
 def write_lexicon(words: Sequence[str], tokens: Sequence[str], path: str) -> str:
     """A flashlight lexicon (`word<TAB>c h a r s |`) for words spelled with `tokens`; a word with a character the
     vocabulary lacks could never be emitted, so it is refused by name."""
+    spelled = spelled_words(words, tokens)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"{w}\t{' '.join(w)} {SIL}\n" for w in spelled)
+    return path
+
+
+def spelled_words(lexicon: str | Sequence[str], tokens: Sequence[str]) -> list[str]:
+    """The words of a lexicon (a list, or a flashlight lexicon file: the first column), each spelled with `tokens`."""
+    if isinstance(lexicon, str):
+        if not os.path.isfile(lexicon):
+            raise ZooError(f"decoder lexicon file not found: {lexicon}; pass an existing file or a list of words")
+        with open(lexicon, encoding="utf-8") as f:
+            lexicon = [line.split()[0] for line in f if line.strip()]
+    words = list(dict.fromkeys(str(w) for w in lexicon))
     known = set(tokens[1:]) - {" "}
     bad = sorted({w for w in words if not w or set(w) - known})
     if bad or not words:
         raise ZooError(f"decoder.lexicon words {bad or '[]'} cannot be spelled with the vocabulary "
                        f"{''.join(sorted(known))!r}; use words made of its characters")
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(f"{w}\t{' '.join(w)} {SIL}\n" for w in dict.fromkeys(words))
-    return path
+    return words
+
+
+class WordDecoder:
+    """Isolated words (spoken digits, commands): each utterance is one word of a closed lexicon, and the answer is
+    the word with the highest CTC likelihood, all its alignments summed (the forward algorithm, what CTC training
+    maximised). A beam search ranks words by their best single alignment and can keep a word whose one alignment
+    is strong over one the model finds likelier overall."""
+
+    def __init__(self, tokens: Sequence[str], lexicon: str | Sequence[str] | None = None, **other: object) -> None:
+        if other:
+            raise ZooError(f"decoder kind words takes a lexicon only, not {sorted(other)}; drop those keys or use "
+                           "kind=beam")
+        if lexicon is None:
+            raise ZooError("decoder kind words needs a lexicon: the list of words an utterance can be, e.g. "
+                           "'task.module.decoder={kind: words, lexicon: [yes, no]}'")
+        ids = {t: i for i, t in enumerate(tokens)}
+        self.words = spelled_words(lexicon, tokens)
+        targets = [torch.tensor([ids[c] for c in w]) for w in self.words]
+        self.targets = torch.nn.utils.rnn.pad_sequence(targets, batch_first=True)
+        self.target_lengths = torch.tensor([len(t) for t in targets])
+
+    def __call__(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        """emissions (B, T, V) log-probabilities -> the most likely word of each utterance."""
+        b, n = emissions.shape[0], len(self.words)
+        if b == 0:
+            return []
+        frames = emissions.float().cpu().transpose(0, 1).repeat_interleave(n, dim=1)  # (T, B * n, V)
+        nll = torch.nn.functional.ctc_loss(frames, self.targets.repeat(b, 1), lengths.cpu().repeat_interleave(n),
+                                           self.target_lengths.repeat(b), blank=0, reduction="none")
+        return [self.words[i] for i in nll.view(b, n).argmin(1).tolist()]
 
 
 def _lexicon_words(path: str) -> set[str]:

@@ -14,7 +14,7 @@ from torchmetrics.text import CharErrorRate, WordErrorRate
 
 from zoo.errors import ZooError
 
-from .decoding import BeamDecoder, greedy_decode
+from .decoding import BeamDecoder, WordDecoder, greedy_decode
 from .features import LogMel, SpecAugment
 from .models import build_model
 from .vocab import Vocab
@@ -57,9 +57,9 @@ class CTCRecognizer(L.LightningModule):
             log.info("task.module.pretrained=auto: arch %s has no packaged weights; random init", arch)
         self.model = self._acoustic_model(arch, n_mels, model, pretrained, encoder_config)
         self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
-        if self.decoder_cfg["kind"] not in ("greedy", "beam"):
-            raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy or beam")
-        self._beam: BeamDecoder | None = None
+        if self.decoder_cfg["kind"] not in ("greedy", "beam", "words"):
+            raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy, beam or words")
+        self._beam: BeamDecoder | WordDecoder | None = None
         # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)
         kinds = {"cer": CharErrorRate, "wer": WordErrorRate, "acc": MeanMetric}
         self.metrics = torch.nn.ModuleDict({f"{s}_{m}": kinds[m]() for s in ("val", "test") for m in kinds})
@@ -128,7 +128,8 @@ class CTCRecognizer(L.LightningModule):
             return greedy_decode(log_probs, lengths, self.vocab.tokens)
         if self._beam is None:
             opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
-            self._beam = BeamDecoder(self.vocab.tokens, **opts)
+            kind = WordDecoder if self.decoder_cfg["kind"] == "words" else BeamDecoder
+            self._beam = kind(self.vocab.tokens, **opts)
         return self._beam(log_probs, lengths)
 
     @torch.no_grad()

@@ -1,8 +1,8 @@
 """`zoo predict` for speech/ctc: transcribe a wav/flac file or every audio file in a folder, one JSON line each.
 
-Options (cfg.predict): batch_size (8), decoder (greedy|beam, default: the checkpoint's), beam_size, lexicon, lm,
-max_seconds (default: the checkpoint's). In a folder, a bad file yields {"file", "error"} and the rest continue;
-a single bad file is a ZooError.
+Options (cfg.predict): batch_size (8), decoder (greedy|beam|words, default: the checkpoint's), beam_size, lexicon
+(words: the checkpoint's when not given), lm, max_seconds (default: the checkpoint's). In a folder, a bad file
+yields {"file", "error"} and the rest continue; a single bad file is a ZooError.
 """
 
 from __future__ import annotations
@@ -33,8 +33,13 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
         raise ZooError("speech predict needs input=<audio file or folder>")
     opts = dict(cfg.get("predict") or {})
     if "decoder" in opts or "beam_size" in opts or "lexicon" in opts or "lm" in opts:
-        model.decoder_cfg = {"kind": opts.pop("decoder", "beam"),
-                             **{k: opts.pop(k) for k in ("beam_size", "lexicon", "lm") if k in opts}}
+        kind = opts.pop("decoder", "beam")
+        if kind not in ("greedy", "beam", "words"):
+            raise ZooError(f"predict.decoder={kind}: use greedy, beam or words")
+        given = {k: opts.pop(k) for k in ("beam_size", "lexicon", "lm") if k in opts}
+        if kind == "words" and "lexicon" not in given and model.decoder_cfg.get("lexicon"):
+            given["lexicon"] = model.decoder_cfg["lexicon"]  # the closed word list the checkpoint decodes with
+        model.decoder_cfg = {"kind": kind, **given}
         model._beam = None
     if "max_seconds" in opts:
         model.hparams.max_seconds = float(opts["max_seconds"])

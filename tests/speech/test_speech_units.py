@@ -6,9 +6,10 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from speech.data import BucketBatchSampler, Collate
-from speech.decoding import BeamDecoder, greedy_decode, greedy_ids
+from speech.decoding import BeamDecoder, WordDecoder, greedy_decode, greedy_ids
 from speech.features import LogMel, SpecAugment
 from speech.models import build_model
 from speech.models.subsample import Conv2dSubsample
@@ -95,6 +96,35 @@ def test_beam_decoder_agrees_on_a_peaked_emission(tmp_path):
     assert BeamDecoder(TOKENS, beam_size=8, lexicon=str(lexicon))(e, torch.tensor([6])) == ["ab c"]
 
 
+def test_isolated_words_go_to_the_word_ctc_finds_likelier_over_all_alignments(tmp_path):
+    """Four frames: "b" has one good alignment (b then blanks: 0.6 x 0.55^3 = 0.10), "a" a weaker best one (0.05)
+    but many (0.22 summed). The lexicon beam keeps "b"; decoder kind words, the likelihood CTC training maximised,
+    says "a". A batch is decoded per utterance (lengths respected), and bad settings are one line each."""
+    probs = torch.tensor([[0.1, 1e-6, 0.3, 0.6, 1e-6]] + [[0.55, 1e-6, 0.45, 1e-6, 1e-6]] * 3)
+    e = (probs / probs.sum(-1, keepdim=True)).log()[None]
+    likelihood = {w: (-F.ctc_loss(e[0], torch.tensor([[TOKENS.index(w)]]), torch.tensor([4]), torch.tensor([1]),
+                                  reduction="sum")).exp() for w in "ab"}
+    assert likelihood["a"] == pytest.approx(0.2240, abs=1e-3) and likelihood["b"] == pytest.approx(0.0998, abs=1e-3)
+    assert BeamDecoder(TOKENS, beam_size=8, lexicon=["a", "b"])(e, torch.tensor([4])) == ["b"]
+    words = WordDecoder(TOKENS, lexicon=["a", "b", "ab"])
+    assert words(e, torch.tensor([4])) == ["a"]
+    peaked = _emissions([3, 0, 0, 0])  # "b" alone, then blanks
+    assert words(torch.cat([e, peaked, _emissions([2, 3, 0, 0])]), torch.tensor([4, 4, 2])) == ["a", "b", "ab"]
+    assert words(e[:0], torch.tensor([], dtype=torch.long)) == []
+    lexicon = tmp_path / "words.lex"
+    lexicon.write_text("a\ta |\nb\tb |\n")
+    assert WordDecoder(TOKENS, lexicon=str(lexicon)).words == ["a", "b"]
+    module = tiny_module(decoder={"kind": "words", "lexicon": ["a", "b"]})
+    assert module.decode(e, torch.tensor([4])) == ["a"]
+    for kw, message in (({}, "needs a lexicon"), ({"lexicon": ["ax"]}, r"\['ax'\] cannot be spelled"),
+                        ({"lexicon": ["a"], "beam_size": 8}, "takes a lexicon only, not \\['beam_size'\\]"),
+                        ({"lexicon": str(tmp_path / "gone.lex")}, "lexicon file not found")):
+        with pytest.raises(ZooError, match=message):
+            WordDecoder(TOKENS, **kw)
+    with pytest.raises(ZooError, match="use greedy, beam or words"):
+        tiny_module(decoder={"kind": "viterbi"})
+
+
 # -- CTC loss -------------------------------------------------------------------------------------------------
 def test_ctc_loss_is_float32_under_bf16_autocast():
     torch.manual_seed(0)
@@ -141,3 +171,19 @@ def test_collate_pads_and_drops_oov_from_targets_only():
     batch = Collate(Vocab(TOKENS))([(torch.ones(5), "ab"), (torch.ones(3), "axc")])
     assert batch["wave"].shape == (2, 5) and batch["lengths"].tolist() == [5, 3]
     assert batch["target_lengths"].tolist() == [2, 2] and batch["texts"] == ["ab", "axc"]
+
+
+def test_predict_decoder_words_keeps_the_checkpoints_lexicon(tmp_path):
+    import soundfile as sf
+    from omegaconf import OmegaConf
+
+    from speech.predict import predict
+
+    for i in range(3):
+        sf.write(tmp_path / f"{i}.wav", torch.randn(4000).numpy() * 0.1, 8000)
+    module = tiny_module(decoder={"kind": "beam", "lexicon": ["ab", "c"]}).eval()
+    rows = list(predict(module, OmegaConf.create({"predict": {"decoder": "words"}}), str(tmp_path)))
+    assert module.decoder_cfg == {"kind": "words", "lexicon": ["ab", "c"]}
+    assert len(rows) == 3 and {r["text"] for r in rows} <= {"ab", "c"}
+    with pytest.raises(ZooError, match="predict.decoder=viterbi: use greedy, beam or words"):
+        list(predict(module, OmegaConf.create({"predict": {"decoder": "viterbi"}}), str(tmp_path)))
