@@ -1,6 +1,7 @@
 """Probe: how well each layer of Whisper tiny.en's frozen encoder separates the ten FSDD digits of an unseen speaker.
 
     python scripts/evidence/whisper_layer_probe.py [--data ../shared/data/fsdd] [--lead 0.3] [--tail 0.3] [--pad-to 1.0]
+        [--ckpt <a fold's checkpoint>]
 
 The packaged encoder (speech.models.whisper, the zoo's own forward and front end) reads every file at 16 kHz, with
 `--lead` / `--tail` seconds of silence before / after it (the model's `silence_lead` / `silence_tail`), the clip
@@ -8,7 +9,10 @@ The packaged encoder (speech.models.whisper, the zoo's own forward and front end
 logistic regression (standardised inputs, C=0.5) trained on three speakers classifies the fourth's 500 files
 (leave-one-speaker-out). Prints one line per layer (0: the conv stem; the last layer through the final norm) with
 each speaker's accuracy and the mean. A probe of the features, not the product: the product is the CTC recipe
-(`experiment=speech_fsdd_whisper`, docs/speech.md).
+(`experiment=speech_fsdd_whisper`, docs/speech.md). `--ckpt`: the encoder of an `experiment=speech_fsdd_whisper`
+fold's checkpoint instead (fine-tuned on the other three speakers, with its own silence before and after), probed on
+that fold's held-out speaker only: does the fine-tuned encoder still separate that speaker's digits, or does the
+CTC head lose what the encoder holds?
 """
 
 from __future__ import annotations
@@ -32,10 +36,14 @@ from speech.vocab import BLANK
 SPEAKERS = ["george", "jackson", "lucas", "nicolas"]
 
 
-def pooled_layers(files: list[Path], tail: float, pad_to: float, lead: float = 0.0) -> np.ndarray:
+def pooled_layers(files: list[Path], tail: float, pad_to: float, lead: float = 0.0,
+                  ckpt: str | None = None) -> np.ndarray:
     """(files, layers + 1, d_model): every layer's output averaged over the clip's frames (silence included)."""
-    net = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
-                        pretrained="package", model={"silence_tail": tail, "silence_lead": lead}).model.eval()
+    if ckpt:
+        net = CTCRecognizer.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).model.eval()
+    else:
+        net = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
+                            pretrained="package", model={"silence_tail": tail, "silence_lead": lead}).model.eval()
     enc, layers = net.encoder, len(net.encoder.layers)
     rows = []
     with torch.inference_mode():
@@ -55,25 +63,32 @@ def main() -> None:
     ap.add_argument("--lead", type=float, default=0.0, help="seconds of silence before each clip")
     ap.add_argument("--tail", type=float, default=0.0, help="seconds of silence after each clip")
     ap.add_argument("--pad-to", type=float, default=0.0, help="pad each clip with silence to this many seconds")
+    ap.add_argument("--ckpt", help="a speech_fsdd_whisper fold's checkpoint: its encoder, its held-out speaker")
     args = ap.parse_args()
     torch.set_num_threads(1)
     files = sorted(Path(args.data).glob("*_*_*.wav"))
     if not files:
         raise SystemExit(f"no FSDD files in {args.data}: give --data <folder of {{digit}}_{{speaker}}_{{i}}.wav>")
     start = time.time()
-    x = pooled_layers(files, args.tail, args.pad_to, args.lead)
+    held_out = SPEAKERS
+    if args.ckpt:
+        saved = torch.load(args.ckpt, map_location="cpu", weights_only=True, mmap=True)
+        held = saved["zoo"]["config"]["task"]["data"]["holdout_speaker"]
+        held_out = [held] if isinstance(held, str) else list(held)
+    x = pooled_layers(files, args.tail, args.pad_to, args.lead, args.ckpt)
     speaker = np.array([f.stem.split("_")[1] for f in files])
     digit = np.array([int(f.stem.split("_")[0]) for f in files])
     for layer in range(x.shape[1]):
         accs = {}
-        for held in SPEAKERS:
-            train = speaker != held
+        for held in held_out:
+            train = ~np.isin(speaker, held_out if args.ckpt else [held])  # a fold's encoder: all its held-out
             scale = StandardScaler().fit(x[train, layer])
             clf = LogisticRegression(C=0.5, max_iter=3000).fit(scale.transform(x[train, layer]), digit[train])
-            accs[held] = round(float(clf.score(scale.transform(x[~train, layer]), digit[~train])), 3)
+            test = speaker == held
+            accs[held] = round(float(clf.score(scale.transform(x[test, layer]), digit[test])), 3)
         print(json.dumps({"layer": layer, **accs, "mean": round(float(np.mean(list(accs.values()))), 4)}))
-    print(json.dumps({"lead_s": args.lead, "tail_s": args.tail, "pad_to_s": args.pad_to, "files": len(files),
-                      "wall_s": round(time.time() - start, 1), "load": load1()}))
+    print(json.dumps({"lead_s": args.lead, "tail_s": args.tail, "pad_to_s": args.pad_to, "ckpt": args.ckpt,
+                      "files": len(files), "wall_s": round(time.time() - start, 1), "load": load1()}))
 
 
 if __name__ == "__main__":

