@@ -59,7 +59,7 @@ class CTCRecognizer(L.LightningModule):
         self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
         if self.decoder_cfg["kind"] not in ("greedy", "beam", "words"):
             raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy, beam or words")
-        self._beam: BeamDecoder | WordDecoder | None = None
+        self._decoder: BeamDecoder | WordDecoder | None = None
         # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)
         kinds = {"cer": CharErrorRate, "wer": WordErrorRate, "acc": MeanMetric}
         self.metrics = torch.nn.ModuleDict({f"{s}_{m}": kinds[m]() for s in ("val", "test") for m in kinds})
@@ -126,11 +126,11 @@ class CTCRecognizer(L.LightningModule):
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         if self.decoder_cfg["kind"] == "greedy":
             return greedy_decode(log_probs, lengths, self.vocab.tokens)
-        if self._beam is None:
+        if self._decoder is None:
             opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
             kind = WordDecoder if self.decoder_cfg["kind"] == "words" else BeamDecoder
-            self._beam = kind(self.vocab.tokens, **opts)
-        return self._beam(log_probs, lengths)
+            self._decoder = kind(self.vocab.tokens, **opts)
+        return self._decoder(log_probs, lengths)
 
     @torch.no_grad()
     def transcribe(self, waves: list[torch.Tensor]) -> list[str]:

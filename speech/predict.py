@@ -40,7 +40,7 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
         if kind == "words" and "lexicon" not in given and model.decoder_cfg.get("lexicon"):
             given["lexicon"] = model.decoder_cfg["lexicon"]  # the closed word list the checkpoint decodes with
         model.decoder_cfg = {"kind": kind, **given}
-        model._beam = None
+        model._decoder = None
     if "max_seconds" in opts:
         model.hparams.max_seconds = float(opts["max_seconds"])
     files = _files(os.path.expanduser(str(input)))
