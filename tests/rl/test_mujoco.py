@@ -55,6 +55,22 @@ def test_presets_are_rl_zoo_recipes_key_by_key(name: str) -> None:
     assert (m.activation, m.ortho_init, m.log_std_init) == (want["act"], want["ortho"], want["log_std"])
 
 
+def test_the_ppo_paper_preset_is_cleanrls_continuous_recipe() -> None:
+    """experiment=rl_mujoco: CleanRL's ppo_continuous_action.py defaults (the PPO paper's MuJoCo settings)."""
+    cfg = compose(["experiment=rl_mujoco", "task.env.id=Hopper-v5"])
+    env, m = cfg.task.env, cfg.task.module
+    assert env.id == "Hopper-v5" and env.num_envs == 1 and env.normalize_obs and env.normalize_reward
+    assert env.clip_obs == env.clip_reward == 10.0 and env.action_type == "box"
+    assert (m.total_timesteps, m.num_steps, m.num_steps // m.num_minibatches, m.update_epochs) == (1_000_000, 2048,
+                                                                                                   64, 10)
+    assert (m.gamma, m.gae_lambda, m.clip_coef, m.ent_coef, m.vf_coef, m.max_grad_norm) == (0.99, 0.95, 0.2, 0.0,
+                                                                                            0.5, 0.5)
+    assert m.clip_vloss and m.norm_adv and m.anneal_lr and m.target_kl is None
+    assert (m.optimizer.lr, m.optimizer.eps) == (3e-4, 1e-5)
+    assert list(m.hidden_sizes) == [64, 64] and m.pi_hidden_sizes is None and m.vf_hidden_sizes is None
+    assert (m.activation, m.ortho_init, m.log_std_init) == ("tanh", True, 0.0)
+
+
 def test_preset_builds_the_networks_it_names() -> None:
     m = preset("rl_hopper")
     linear = [layer for layer in m.agent.actor if isinstance(layer, torch.nn.Linear)]
