@@ -72,7 +72,7 @@ class WordDecoder:
                            "kind=beam")
         if lexicon is None:
             raise ZooError("decoder kind words needs a lexicon: the list of words an utterance can be, e.g. "
-                           "'task.module.decoder={kind: words, lexicon: [yes, no]}'")
+                           "predict.lexicon=[yes,no], or 'task.module.decoder={kind: words, lexicon: [yes, no]}'")
         ids = {t: i for i, t in enumerate(tokens)}
         self.words = spelled_words(lexicon, tokens)
         targets = [torch.tensor([ids[c] for c in w]) for w in self.words]
