@@ -13,6 +13,7 @@ import torch
 from zoo.errors import ZooError
 
 SIL = "|"  # flashlight's word separator; our vocabulary writes it as " "
+KINDS = ("greedy", "beam", "words")  # task.module.decoder.kind, predict.decoder
 
 
 def greedy_ids(emissions: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
@@ -49,8 +50,7 @@ def spelled_words(lexicon: str | Sequence[str], tokens: Sequence[str]) -> list[s
     if isinstance(lexicon, str):
         if not os.path.isfile(lexicon):
             raise ZooError(f"decoder lexicon file not found: {lexicon}; pass an existing file or a list of words")
-        with open(lexicon, encoding="utf-8") as f:
-            lexicon = [line.split()[0] for line in f if line.strip()]
+        lexicon = _file_words(lexicon)
     words = list(dict.fromkeys(str(w) for w in lexicon))
     known = set(tokens[1:]) - {" "}
     bad = sorted({w for w in words if not w or set(w) - known})
@@ -90,9 +90,10 @@ class WordDecoder:
         return [self.words[i] for i in nll.view(b, n).argmin(1).tolist()]
 
 
-def _lexicon_words(path: str) -> set[str]:
+def _file_words(path: str) -> list[str]:
+    """The words of a flashlight lexicon file: the first column of each line."""
     with open(path, encoding="utf-8") as f:
-        return {line.split()[0] for line in f if line.strip()}
+        return [line.split()[0] for line in f if line.strip()]
 
 
 class BeamDecoder:
@@ -120,7 +121,7 @@ class BeamDecoder:
                 lexicon = write_lexicon(words, tokens, os.path.join(tmp, "words.lex"))
             # With a lexicon, the best path can end inside a word ("thre"), and flashlight leaves `words` empty on
             # some complete paths: keep a few paths and take the best whose spelling is lexicon words only.
-            self.lexicon_words = _lexicon_words(lexicon) if lexicon else None
+            self.lexicon_words = set(_file_words(lexicon)) if lexicon else None
             self._decoder = ctc_decoder(lexicon=lexicon, tokens=self.tokens, lm=lm, beam_size=beam_size,
                                         nbest=min(beam_size, 10) if self.lexicon_words is not None else 1,
                                         lm_weight=lm_weight if lm else 0.0, word_score=word_score, blank_token="-",

@@ -14,7 +14,7 @@ from torchmetrics.text import CharErrorRate, WordErrorRate
 
 from zoo.errors import ZooError
 
-from .decoding import BeamDecoder, WordDecoder, greedy_decode
+from .decoding import KINDS, BeamDecoder, WordDecoder, greedy_decode
 from .features import LogMel, SpecAugment
 from .models import build_model
 from .vocab import Vocab
@@ -57,7 +57,7 @@ class CTCRecognizer(L.LightningModule):
             log.info("task.module.pretrained=auto: arch %s has no packaged weights; random init", arch)
         self.model = self._acoustic_model(arch, n_mels, model, pretrained, encoder_config)
         self.decoder_cfg = {"kind": "greedy", **(decoder or {})}
-        if self.decoder_cfg["kind"] not in ("greedy", "beam", "words"):
+        if self.decoder_cfg["kind"] not in KINDS:
             raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy, beam or words")
         self._decoder: BeamDecoder | WordDecoder | None = None
         # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from zoo.errors import ZooError, one_line
 
 from .audio import load_audio
+from .decoding import KINDS
 
 AUDIO_EXT = (".wav", ".flac", ".ogg", ".mp3")
 
@@ -34,7 +35,7 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
     opts = dict(cfg.get("predict") or {})
     if "decoder" in opts or "beam_size" in opts or "lexicon" in opts or "lm" in opts:
         kind = opts.pop("decoder", "beam")
-        if kind not in ("greedy", "beam", "words"):
+        if kind not in KINDS:
             raise ZooError(f"predict.decoder={kind}: use greedy, beam or words")
         given = {k: opts.pop(k) for k in ("beam_size", "lexicon", "lm") if k in opts}
         if kind == "words" and "lexicon" not in given and model.decoder_cfg.get("lexicon"):
