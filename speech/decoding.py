@@ -81,13 +81,17 @@ class WordDecoder:
 
     def __call__(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """emissions (B, T, V) log-probabilities -> the most likely word of each utterance."""
+        return [self.words[i] for i in self.scores(emissions, lengths).argmax(1).tolist()]
+
+    def scores(self, emissions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """emissions (B, T, V) log-probabilities -> (B, words) CTC log-likelihood of each word, all alignments."""
         b, n = emissions.shape[0], len(self.words)
         if b == 0:
-            return []
+            return torch.zeros(0, n)
         frames = emissions.float().cpu().transpose(0, 1).repeat_interleave(n, dim=1)  # (T, B * n, V)
         nll = torch.nn.functional.ctc_loss(frames, self.targets.repeat(b, 1), lengths.cpu().repeat_interleave(n),
                                            self.target_lengths.repeat(b), blank=0, reduction="none")
-        return [self.words[i] for i in nll.view(b, n).argmin(1).tolist()]
+        return -nll.view(b, n)
 
 
 def _file_words(path: str) -> list[str]:

