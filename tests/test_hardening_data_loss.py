@@ -191,3 +191,32 @@ def test_a_runs_added_keys_replay_after_its_preset_gained_them():
     assert model.silence_lead == 0.5 and model.silence_tail == 0.4
     assert carried_overrides(["+hparams_search=vision", "+trainer.new_key=1"]) == ["+hparams_search=vision",
                                                                                  "++trainer.new_key=1"]
+
+
+@pytest.mark.parametrize("task, preset", [("vision/resnet", "vision_flowers12"), ("speech/ctc", "speech_fsdd_whisper"),
+                                          ("rl/ppo", "rl_hopper")])
+def test_a_checkpoint_outlives_the_preset_it_was_trained_with(task, preset, capsys):
+    """A checkpoint trained with `experiment=<a preset renamed since>` could not be tested, predicted or exported
+    ("unknown experiment"): its own overrides no longer compose. Its recorded task config now rebuilds the same task
+    node; what the user sets still wins, and the user's own mistake is still theirs to read."""
+    from zoo.base import plain
+    from zoo.core.config import compose, register_resolvers
+    from zoo.core.recorded import checkpoint_overrides, flatten
+
+    register_resolvers()
+    recorded = plain(compose([f"task={task}", f"experiment={preset}", "run_dir=/old/run"]))
+    ckpt = {"zoo": {"overrides": [f"task={task}", f"experiment={preset}_before_its_rename", "seed=3"],
+                    "config": recorded}}
+    tail = ["run_dir=/new/run"]
+    rebuilt = plain(compose(checkpoint_overrides(ckpt, task, [], tail)))
+    assert flatten(rebuilt["task"]) == flatten(recorded["task"])
+    assert flatten(plain(compose([f"task={task}", *tail]))["task"]) != flatten(recorded["task"])  # the test can fail
+    assert "training overrides no longer compose (unknown experiment" in capsys.readouterr().err
+
+    asked = plain(compose(checkpoint_overrides(ckpt, task, ["task.module.optimizer.lr=0.5"], tail)))
+    assert asked["task"]["module"]["optimizer"]["lr"] == 0.5
+    with pytest.raises(ZooError, match="task.module.no_such_key"):
+        checkpoint_overrides(ckpt, task, ["task.module.no_such_key=1"], tail)
+    ckpt["zoo"]["config"] = None  # an older checkpoint without its config: the overrides' own error
+    with pytest.raises(ZooError, match="unknown experiment"):
+        checkpoint_overrides(ckpt, task, [], tail)

@@ -12,13 +12,13 @@ VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
 
 
 def test_values_todays_defaults_would_change_are_pinned():
-    from zoo.verbs.reproduce import hydra_literal, pinned_values
+    from zoo.core.recorded import hydra_literal, pinned_values
 
     recorded = {"seed": 42, "task.module.optimizer.lr": 0.003, "task.module.hidden_sizes": [16, 16],
                 "task.module.arch": "resnet10t", "task.old_option": 1, "run_dir": "/old", "trainer.max_epochs": 3}
     now = {"seed": 42, "task.module.optimizer.lr": 0.001, "task.module.hidden_sizes": [64, 64],
            "task.module.arch": "resnet18", "task.new_option": True, "run_dir": "/new", "trainer.max_epochs": 1}
-    pins, notes = pinned_values(recorded, now, asked={"trainer.max_epochs"})
+    pins, notes = pinned_values(recorded, now, asked={"trainer.max_epochs"}, not_pinned=("run_dir",))
     assert pins == ["task.module.optimizer.lr=0.003", "task.module.hidden_sizes=[16,16]",
                     "task.module.arch='resnet10t'"]  # not run_dir, not what the user asked for on this command
     assert any("no longer exist" in n and "task.old_option" in n for n in notes)

@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 
 from zoo.core.build import build_callbacks_and_loggers, build_checked_data, has_test_data, load_module, start
 from zoo.core.naming import output_root
-from zoo.core.overrides import carried_overrides, override_key, override_value, unquote
+from zoo.core.overrides import override_key, override_value, unquote
+from zoo.core.recorded import checkpoint_overrides
 from zoo.core.resume import checkpoint_argument
 from zoo.core.stops import lightning_call, stopped_by
 from zoo.errors import ZooError
@@ -32,17 +33,13 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "input")]
     # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
-    # Training-time device settings (DDP, 8 GPUs) are not the evaluation's: only explicit ones apply.
-    carried = [o for o in carried_overrides(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
     run_dir = evaluation_dir(verb, path, task)
-    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
-    if verb == "predict":
-        overrides.append("logger=none")
-    from zoo.core.config import check_overrides, compose, register_resolvers
+    tail = [f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'", *(["logger=none"] if verb == "predict"
+                                                                                 else [])]
+    from zoo.core.config import compose, register_resolvers
 
     register_resolvers()
-    check_overrides(overrides, sweeps=False)
-    cfg = compose(overrides)
+    cfg = compose(checkpoint_overrides(ckpt, task, user, tail))
     if text_input is not None:
         from omegaconf import open_dict
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.core.overrides import override_key, override_value
 from zoo.core.resume import checkpoint_argument
 from zoo.errors import ZooError
 from zoo.kit.deploy import Examples, Graph
@@ -394,7 +394,8 @@ def summarize(out: Path, meta: dict) -> None:
 def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (DictConfig, checkpoint dict)
     """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys."""
     from zoo.core.checkpoint import checkpoint_task, load_checkpoint
-    from zoo.core.config import check_overrides, compose, register_resolvers
+    from zoo.core.config import compose, register_resolvers
+    from zoo.core.recorded import checkpoint_overrides
 
     ckpt = load_checkpoint(path)
     task = checkpoint_task(ckpt, path)
@@ -404,13 +405,10 @@ def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (Di
                        "checkpoint")
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "experiment")]
     user = [f"+{o}" if o.startswith(f"{verb}.") else o for o in user]
-    carried = [o for o in carried_overrides(ckpt["zoo"].get("overrides", [])) if not o.startswith(("trainer", "task="))]
     run_dir = path.resolve().parent.parent if path.resolve().parent.name == "checkpoints" else path.resolve().parent
-    overrides = [f"task={task}", *carried, *user, f"run_dir='{run_dir}'", f"ckpt_path='{path.resolve()}'",
-                 "logger=none"]
     register_resolvers()
-    check_overrides(overrides, sweeps=False)
-    return compose(overrides), ckpt
+    tail = [f"run_dir='{run_dir}'", f"ckpt_path='{path.resolve()}'", "logger=none"]
+    return compose(checkpoint_overrides(ckpt, task, user, tail)), ckpt
 
 
 def main(rest: list[str]) -> None:

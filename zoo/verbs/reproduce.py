@@ -18,13 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.core.recorded import flatten, is_location, pinned_values
 from zoo.errors import ZooError
 
 # Keys a re-run must not take from the original: where it writes, what it resumes, per-command options.
 NOT_PINNED = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra")
-# Where a run lives (its log and checkpoint folders), never a value to pin: a copied run's record names the original's
-# folders, and pinning them trained the re-run into the original, over its checkpoints.
-LOCATION_KEYS = ("save_dir", "dirpath", "default_root_dir", "log_dir", "output_dir", "weights_save_path")
 
 
 def main(rest: list[str]) -> None:
@@ -148,7 +146,7 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
         return {k: v for k, v in flatten(config).items()
                 if not is_location(k) and not (isinstance(v, str) and v.startswith(recorded_dir))}
 
-    pins, notes = pinned_values(settings(record["config"]), settings(now), asked)
+    pins, notes = pinned_values(settings(record["config"]), settings(now), asked, NOT_PINNED)
     if record.get("resumed"):
         notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
                      "from it by more than a repeat would")
@@ -160,50 +158,12 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
     return [*carried, *pins, *user], notes, dict(now.get("reproduce") or {})
 
 
-def is_location(key: str) -> bool:
-    """A key naming a folder the run writes into (`logger.tensorboard.save_dir`, `callbacks.*.dirpath`)."""
-    return key.split(".")[0] in ("run_dir", "hydra") or key.rpartition(".")[2] in LOCATION_KEYS
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
-def pinned_values(recorded: dict[str, Any], now: dict[str, Any], asked: set[str]) -> tuple[list[str], list[str]]:
-    """`key=<recorded value>` for every value today's config would set differently; notes for recorded keys that no
-    longer exist (they cannot be set) and new keys (their defaults apply)."""
-    skip = lambda k: k.split(".")[0] in NOT_PINNED or k in asked  # noqa: E731
-    pins = [f"{k}={hydra_literal(v)}" for k, v in recorded.items() if k in now and now[k] != v and not skip(k)]
-    notes = []
-    if pins:
-        notes.append(f"config: {len(pins)} value(s) that today's defaults would change, pinned to the recorded ones: "
-                     + ", ".join(pins[:6]) + (" ..." if len(pins) > 6 else ""))
-    gone = [k for k in recorded if k not in now and not skip(k)]
-    if gone:
-        notes.append(f"config: recorded option(s) that no longer exist, so cannot be set: {', '.join(gone[:6])}")
-    new = [k for k in now if k not in recorded and not skip(k)]
-    if new:
-        notes.append(f"config: option(s) added since the run, at their defaults: {', '.join(new[:6])}")
-    return pins, notes
 
 
-def hydra_literal(value: Any) -> str:
-    """A recorded plain value in Hydra's override grammar."""
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{hydra_literal(v)}" for k, v in value.items()) + "}"
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def environment_differences(recorded: dict | None, notes: list[str]) -> list[str]:
