@@ -31,15 +31,28 @@ ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"Hopper-v5": "rl_hopper", "HalfCheetah-v5": "rl_halfcheetah", "Walker2d-v5": "rl_walker2d"}
 
 
-def recipe(env_id: str) -> dict:
-    """The preset's module keys, turned back into SB3's names."""
-    m = yaml.safe_load((ROOT / "configs" / "experiment" / f"{PRESETS[env_id]}.yaml").read_text())["task"]["module"]
+def recipe(env_id: str, preset: str | None = None) -> dict:
+    """The preset's module keys as composed for `env_id` (its own values over the task's defaults), turned back into
+    SB3's names. `anneal_lr` becomes SB3's linear schedule to 0 and `clip_vloss` its `clip_range_vf` (SB3 clips the
+    value prediction and takes the clipped loss alone, CleanRL and the zoo the larger of the two losses)."""
+    from omegaconf import OmegaConf
+
+    sys.path.insert(0, str(ROOT))
+    from zoo.core.config import compose, register_resolvers
+
+    register_resolvers()
+    cfg = compose([f"experiment={preset or PRESETS[env_id]}", f"task.env.id={env_id}"])
+    m = OmegaConf.to_container(cfg.task.module, resolve=True)
+    hidden = m["hidden_sizes"]
+    lr = float(m["optimizer"]["lr"])
     return {"n_steps": m["num_steps"], "batch_size": m["num_steps"] // m["num_minibatches"],
             "n_epochs": m["update_epochs"], "gamma": m["gamma"], "gae_lambda": m["gae_lambda"],
-            "clip_range": m["clip_coef"], "ent_coef": m["ent_coef"], "vf_coef": m["vf_coef"] / 2,
-            "max_grad_norm": m["max_grad_norm"], "learning_rate": float(m["optimizer"]["lr"]),
-            "net": m["pi_hidden_sizes"], "vf": m["vf_hidden_sizes"], "activation": m["activation"],
-            "ortho_init": m["ortho_init"], "log_std_init": m["log_std_init"], "eval_every": m["eval_every"]}
+            "clip_range": m["clip_coef"], "clip_range_vf": m["clip_coef"] if m["clip_vloss"] else None,
+            "ent_coef": m["ent_coef"], "vf_coef": m["vf_coef"] / 2, "max_grad_norm": m["max_grad_norm"],
+            "learning_rate": (lambda remaining: remaining * lr) if m["anneal_lr"] else lr,
+            "net": m["pi_hidden_sizes"] or hidden, "vf": m["vf_hidden_sizes"] or hidden,
+            "activation": m["activation"], "ortho_init": m["ortho_init"], "log_std_init": m["log_std_init"],
+            "eval_every": m["eval_every"]}
 
 
 def evaluate(model, norm, env_id: str, seed: int, episodes: int = 10) -> np.ndarray:  # noqa: ANN001
@@ -69,7 +82,8 @@ def sb3_model(env_id: str, seed: int, r: dict, env_kwargs: dict | None = None): 
     norm = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=env_kwargs), gamma=r["gamma"])
     act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[r["activation"]]
     model = PPO("MlpPolicy", norm, n_steps=r["n_steps"], batch_size=r["batch_size"], n_epochs=r["n_epochs"],
-                gamma=r["gamma"], gae_lambda=r["gae_lambda"], clip_range=r["clip_range"], ent_coef=r["ent_coef"],
+                gamma=r["gamma"], gae_lambda=r["gae_lambda"], clip_range=r["clip_range"], clip_range_vf=r["clip_range_vf"],
+                ent_coef=r["ent_coef"],
                 vf_coef=r["vf_coef"], max_grad_norm=r["max_grad_norm"], learning_rate=r["learning_rate"],
                 policy_kwargs={"net_arch": {"pi": r["net"], "vf": r["vf"]}, "activation_fn": act,
                                "ortho_init": r["ortho_init"], "log_std_init": r["log_std_init"]},
@@ -180,6 +194,8 @@ def main() -> None:
     ap.add_argument("--env", default="Hopper-v5", choices=list(PRESETS))
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--preset", default=None, help="the zoo preset whose recipe SB3 runs (default: the env's rl-zoo "
+                    "entry, rl_hopper, rl_halfcheetah or rl_walker2d; rl_mujoco for the PPO paper's)")
     ap.add_argument("--log", default="", help="a folder for SB3's own progress.csv (train/explained_variance, "
                     "train/approx_kl, ... per update), to set beside the zoo's metrics.csv")
     ap.add_argument("--check", action="store_true", help="no training run: the zoo's rollout, GAE and loss "
@@ -193,7 +209,7 @@ def main() -> None:
               "stable-baselines3, then run with PYTHONPATH=/tmp/rl/sb3lib")
         return
     torch.set_num_threads(1)  # as the zoo's PPO and SB3's own rl-zoo scripts
-    r = recipe(a.env)
+    r = recipe(a.env, a.preset)
     if a.check:
         print(json.dumps(parity(a.env, a.seed, r)), flush=True)
         return
@@ -213,7 +229,7 @@ def main() -> None:
 
     model.learn(total_timesteps=a.steps, callback=Periodic())
     final = evaluate(model, norm, a.env, a.seed + 20_000)
-    print(json.dumps({"impl": "sb3", "env": a.env, "seed": a.seed, "steps": int(model.num_timesteps),
+    print(json.dumps({"impl": "sb3", "env": a.env, "preset": a.preset or PRESETS[a.env], "seed": a.seed, "steps": int(model.num_timesteps),
                       "final_eval": float(final.mean()), "final_eval_std": float(final.std()),
                       "best_eval": max([v for _, v in evals] + [float(final.mean())]), "evals": evals}), flush=True)
 
