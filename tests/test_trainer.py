@@ -349,6 +349,10 @@ def test_compile_mode_reaches_every_network(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         zt.prepare_module(TinyFit.module(), {"compile": False, "compile_mode": "reduce-overhead"})
     assert calls == [] and "add trainer.compile=true" in caplog.text  # said, not silently eager
+    zt.prepare_module(TinyFit.module(), {"compile": True, "compile_options": {"shape_padding": True},
+                                         "compile_dynamic": False})
+    assert calls == [("Linear", {"options": {"shape_padding": True}, "dynamic": False})]  # options instead of a mode
+    calls.clear()
     graphs = zt.zoo_callbacks(compose(["trainer.compile=true", "trainer.compile_mode=reduce-overhead"]).trainer,
                               {}, [])
     assert any(isinstance(c, MarkCudaGraphSteps) for c in graphs)
@@ -377,3 +381,18 @@ def test_a_bad_compile_mode_is_one_line_up_front(override):
         check_overrides(["trainer.compile=true", override])
     assert str(e.value).startswith("trainer.compile_mode=fast is not a torch.compile mode; use one of default, "
                                    "reduce-overhead")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.compile_options={epilog_fusion: true}"], "epilog_fusion is not an Inductor setting; did you mean "
+                                                         "epilogue_fusion?"),
+    (["trainer.compile_mode=max-autotune", "trainer.compile_options={shape_padding: true}"],
+     "trainer.compile_mode=max-autotune and trainer.compile_options together"),
+    (["trainer.compile_options=fast"], "trainer.compile_options='fast' is not a mapping")])
+def test_bad_compile_options_are_one_line_up_front(overrides, message):
+    """torch names an unknown Inductor option, or a mode with options, only when the first batch compiles."""
+    from zoo.core.config import check_overrides
+
+    with pytest.raises(ZooError, match=message):
+        check_overrides(["trainer.compile=true", *overrides])
+    check_overrides(["trainer.compile=true", "trainer.compile_options={shape_padding: true}"])

@@ -1,4 +1,5 @@
-"""`trainer.compile` and `trainer.compile_mode`: torch.compile of a task's networks, the same way for every task.
+"""`trainer.compile`, `compile_mode`, `compile_options` and `compile_dynamic`: torch.compile of a task's networks, the
+same way for every task.
 
 Networks, not the LightningModule: `torch.compile(lightning_module)` compiles training_step/validation_step too, where
 `self.log` and torchmetrics' Python counters recompile the graph on every step until Dynamo's cache limit. Each network
@@ -9,6 +10,7 @@ either way; the tasks that step their own optimisers (GAN, PPO) call their netwo
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -27,6 +29,46 @@ def check_compile_mode(mode: Any) -> None:
     if mode is not None and mode not in COMPILE_MODES:
         raise ZooError(f"trainer.compile_mode={mode} is not a torch.compile mode; use one of "
                        f"{', '.join(COMPILE_MODES)} (or null: default), with trainer.compile=true")
+
+
+def check_compile_options(options: Any, mode: Any = None) -> None:
+    """`trainer.compile_options`: null, or a mapping of Inductor settings by their names (torch refuses a mode with
+    them, and names an unknown one only once the first batch compiles)."""
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ZooError(f"trainer.compile_options={options!r} is not a mapping; give Inductor settings by name, e.g. "
+                       "'trainer.compile_options={epilogue_fusion: true, shape_padding: true}'")
+    if mode is not None:
+        raise ZooError(f"trainer.compile_mode={mode} and trainer.compile_options together: torch.compile takes one "
+                       "of the two; a mode is a set of options (drop one of them)")
+    import torch._inductor
+
+    known = set(torch._inductor.list_options())
+    unknown = sorted(str(k) for k in options if k not in known)
+    if unknown:
+        from difflib import get_close_matches
+
+        near = get_close_matches(unknown[0], known, n=1)
+        raise ZooError(f"trainer.compile_options: {unknown[0]} is not an Inductor setting"
+                       + (f"; did you mean {near[0]}?" if near else "")
+                       + " (torch._inductor.list_options() lists them)")
+
+
+def compile_kwargs(tcfg: Any) -> dict[str, Any] | None:
+    """torch.compile's keyword arguments for the run (`mode`, or `options`; `dynamic` when set), or None for an
+    eager run."""
+    mode = compile_mode(tcfg)
+    options = tcfg.get("compile_options")
+    if mode is None:
+        if options is not None:
+            log.warning("trainer.compile_options are unused while trainer.compile=false (add trainer.compile=true)")
+        return None
+    check_compile_options(options, tcfg.get("compile_mode"))
+    kwargs: dict[str, Any] = {"options": dict(options)} if options is not None else {"mode": mode}
+    if tcfg.get("compile_dynamic") is not None:
+        kwargs["dynamic"] = bool(tcfg.get("compile_dynamic"))
+    return kwargs
 
 
 def compile_mode(tcfg: Any) -> str | None:
@@ -54,12 +96,15 @@ def networks(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
             and any(True for _ in child.parameters())}
 
 
-def compile_networks(module: torch.nn.Module, mode: str = "default") -> list[str]:
-    """Compile, in place, each network `networks(module)` names, with torch.compile's `mode`; their names."""
+def compile_networks(module: torch.nn.Module, mode: str = "default", **kwargs: Any) -> list[str]:
+    """Compile, in place, each network `networks(module)` names, with torch.compile's `mode` (or, in `kwargs`, its
+    `options` instead, and `dynamic`); their names."""
     chosen = networks(module)
+    settings = kwargs if "options" in kwargs else {"mode": mode, **kwargs}
     for net in chosen.values():
-        net.compile(mode=mode)
-    log.info("torch.compile (mode %s): %s", mode, ", ".join(chosen) or "nothing (no networks with parameters)")
+        net.compile(**settings)
+    shown = ", ".join(f"{k} {v}" for k, v in settings.items())
+    log.info("torch.compile (%s): %s", shown, ", ".join(chosen) or "nothing (no networks with parameters)")
     return list(chosen)
 
 

@@ -14,8 +14,9 @@ from zoo.measure.mathmode import MathMode
 log = logging.getLogger(__name__)
 
 # Keys of cfg.trainer that the zoo handles itself; everything else goes to lightning.Trainer as is.
-ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "compile_mode", "benchmark", "precision",
-            "num_threads", "find_unused_parameters", "collective_timeout", "ema_decay")
+ZOO_KEYS = ("float32_matmul_precision", "channels_last", "compile", "compile_mode", "compile_options",
+            "compile_dynamic", "benchmark", "precision", "num_threads", "find_unused_parameters", "collective_timeout",
+            "ema_decay")
 
 
 def cuda_wanted(accelerator: str) -> bool:
@@ -241,12 +242,12 @@ def zoo_callbacks(tcfg: DictConfig, kwargs: dict[str, Any], callbacks: list) -> 
 
 def prepare_module(module: Any, tcfg: DictConfig | dict[str, Any]) -> Any:
     """channels_last and torch.compile switches, applied to the module before fit."""
-    from zoo.core.compile import compile_mode, compile_networks
+    from zoo.core.compile import compile_kwargs, compile_networks
 
     if tcfg.get("channels_last"):
         module = module.to(memory_format=torch.channels_last)
         module.input_memory_format = torch.channels_last  # a module that reads it converts its input batches too
-    mode = compile_mode(tcfg)
-    if mode is not None:
-        compile_networks(module, mode)
+    kwargs = compile_kwargs(tcfg)
+    if kwargs is not None:
+        compile_networks(module, **kwargs)
     return module

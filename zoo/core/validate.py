@@ -95,7 +95,8 @@ def check_batch_sizes(cfg: Any) -> None:
 # Trainer values that only lightning.Trainer (or, for ema_decay, the zoo's weight average) checks, when it is built:
 # after Hydra has made the run folder and the data and model are built. Checked here instead, before any of that,
 # each refusal naming the key and its choices.
-TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay", "compile_mode")
+TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay", "compile_mode",
+                "compile_options")
 
 
 def check_trainer(cfg: Any, parsed: Sequence[Any] = ()) -> None:
@@ -123,10 +124,12 @@ def check_trainer(cfg: Any, parsed: Sequence[Any] = ()) -> None:
         check_strategy(strategy)
     for decay in values["ema_decay"]:
         check_ema_decay(decay)
-    from zoo.core.compile import check_compile_mode
+    from zoo.core.compile import check_compile_mode, check_compile_options
 
     for mode in values["compile_mode"]:
         check_compile_mode(mode)
+        for options in values["compile_options"]:
+            check_compile_options(options, mode)
 
 
 def check_ema_decay(value: Any) -> None:
