@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"Hopper-v5": "rl_hopper", "HalfCheetah-v5": "rl_halfcheetah", "Walker2d-v5": "rl_walker2d"}
@@ -82,9 +81,9 @@ def sb3_model(env_id: str, seed: int, r: dict, env_kwargs: dict | None = None): 
     norm = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed, env_kwargs=env_kwargs), gamma=r["gamma"])
     act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[r["activation"]]
     model = PPO("MlpPolicy", norm, n_steps=r["n_steps"], batch_size=r["batch_size"], n_epochs=r["n_epochs"],
-                gamma=r["gamma"], gae_lambda=r["gae_lambda"], clip_range=r["clip_range"], clip_range_vf=r["clip_range_vf"],
-                ent_coef=r["ent_coef"],
-                vf_coef=r["vf_coef"], max_grad_norm=r["max_grad_norm"], learning_rate=r["learning_rate"],
+                gamma=r["gamma"], gae_lambda=r["gae_lambda"], clip_range=r["clip_range"],
+                clip_range_vf=r["clip_range_vf"], ent_coef=r["ent_coef"], vf_coef=r["vf_coef"],
+                max_grad_norm=r["max_grad_norm"], learning_rate=r["learning_rate"],
                 policy_kwargs={"net_arch": {"pi": r["net"], "vf": r["vf"]}, "activation_fn": act,
                                "ortho_init": r["ortho_init"], "log_std_init": r["log_std_init"]},
                 seed=seed, device="cpu", verbose=0)
@@ -229,7 +228,8 @@ def main() -> None:
 
     model.learn(total_timesteps=a.steps, callback=Periodic())
     final = evaluate(model, norm, a.env, a.seed + 20_000)
-    print(json.dumps({"impl": "sb3", "env": a.env, "preset": a.preset or PRESETS[a.env], "seed": a.seed, "steps": int(model.num_timesteps),
+    print(json.dumps({"impl": "sb3", "env": a.env, "preset": a.preset or PRESETS[a.env], "seed": a.seed,
+                      "steps": int(model.num_timesteps),
                       "final_eval": float(final.mean()), "final_eval_std": float(final.std()),
                       "best_eval": max([v for _, v in evals] + [float(final.mean())]), "evals": evals}), flush=True)
 
