@@ -9,6 +9,9 @@ from typing import Any
 from zoo.core.overrides import carried_overrides
 from zoo.errors import ZooError
 
+# Top-level nodes that belong to one command, never a run's setting to carry: where it writes, what it resumes,
+# per-command options.
+PER_COMMAND = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra")
 # Where a run lives (its log and checkpoint folders), never a value to pin: a copied run's record names the original's
 # folders, and pinning them trained the re-run into the original, over its checkpoints.
 LOCATION_KEYS = ("save_dir", "dirpath", "default_root_dir", "log_dir", "output_dir", "weights_save_path")
@@ -62,6 +65,30 @@ def hydra_literal(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def recorded_values(recorded: dict, base: list[str], asked: set[str], scope: str = "",
+                    not_pinned: tuple[str, ...] = ()) -> list[str]:
+    """Overrides that set, on top of the config `base` composes, the values a run `recorded` (its resolved config;
+    under the node `scope` only, when given): `key=value` where today's would differ, `++key=value` for keys it no
+    longer has. Keys the user sets (`asked`), folders, top-level nodes in `not_pinned`, and the keys inside a node
+    that follows another (`task.module.env: ${task.env}`: only its source is pinned; Hydra cannot set a key inside an
+    interpolation) are left alone."""
+    from omegaconf import OmegaConf
+
+    from zoo.base import plain
+    from zoo.core.config import compose
+
+    composed = compose(base)
+    prefix = f"{scope}." if scope else ""
+    node = OmegaConf.select(composed, scope) if scope else composed
+    now = flatten(plain(node), prefix)
+    own = flatten(OmegaConf.to_container(node, resolve=False), prefix)  # type: ignore[arg-type]
+    was = {k: v for k, v in flatten(recorded, prefix).items() if not is_location(k)}
+    pins, _ = pinned_values(was, {k: v for k, v in now.items() if k in own}, asked, not_pinned)
+    added = [f"++{k}={hydra_literal(v)}" for k, v in was.items()
+             if k not in now and k not in asked and k.split(".")[0] not in not_pinned]
+    return [*pins, *added]
+
+
 def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]) -> list[str]:
     """The checked overrides that rebuild a checkpoint's task config to evaluate or export it: `task=<task>`, the
     training overrides it carries (less the trainer's: device settings are the evaluation's own), the user's, `tail`.
@@ -69,10 +96,7 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
     When its own overrides no longer compose while the user's do (a preset renamed or removed since the run), the
     task config the checkpoint recorded is pinned value by value instead, with one line saying so: a trained model
     must stay testable whatever happened to the preset it was trained with."""
-    from omegaconf import OmegaConf
-
-    from zoo.base import plain
-    from zoo.core.config import check_overrides, compose
+    from zoo.core.config import check_overrides
 
     zoo = ckpt.get("zoo") or {}
     carried = [o for o in carried_overrides(zoo.get("overrides", [])) if not o.startswith(("trainer", "task="))]
@@ -84,22 +108,34 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
         recorded = (zoo.get("config") or {}).get("task")
         if not carried or not isinstance(recorded, dict):
             raise
-        fresh = [f"task={task}", *user, *tail]
+        kept = composable(carried, [f"task={task}", *tail])
+        fresh = [f"task={task}", *kept, *user, *tail]
         check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
         reason = str(e)
-    composed = compose(fresh)
-    now = flatten(plain(composed)["task"], "task.")
-    # The keys inside a node that follows another (`task.module.env: ${task.env}`) follow it again: only its source
-    # is pinned (Hydra cannot set a key inside an interpolation).
-    raw = OmegaConf.to_container(composed.task, resolve=False)
-    own = flatten(raw if isinstance(raw, dict) else {}, "task.")
     asked = {o.partition("=")[0].lstrip("+~") for o in user}
-    pins, _ = pinned_values(flatten(recorded, "task."), {k: v for k, v in now.items() if k in own}, asked)
-    added = [f"++{k}={hydra_literal(v)}" for k, v in flatten(recorded, "task.").items()
-             if k not in now and k not in asked and not is_location(k)]
-    print(f"zoo: note: the checkpoint's training overrides no longer compose ({reason.split(':')[0]}); rebuilding "
-          f"its task config from the one it recorded ({len(pins) + len(added)} value(s) pinned)", file=sys.stderr,
-          flush=True)
-    overrides = [f"task={task}", *pins, *added, *user, *tail]
+    pins = recorded_values(recorded, fresh, asked, scope="task")
+    say_rebuilt(reason, len(carried) - len(kept), len(pins))
+    overrides = [f"task={task}", *kept, *pins, *user, *tail]
     check_overrides(overrides, sweeps=False)
     return overrides
+
+
+def composable(overrides: list[str], base: list[str]) -> list[str]:
+    """Those of `overrides` that still compose, in order, on top of `base` and of each other (a renamed preset's
+    `experiment=` does not; the run's `logger=csv` and its own values do, and are kept as they were)."""
+    from zoo.core.config import compose
+
+    kept: list[str] = []
+    for o in overrides:
+        try:
+            compose([*base, *kept, o])
+        except Exception:  # noqa: BLE001, S112 - Hydra's composition errors: the override no longer applies
+            continue
+        kept.append(o)
+    return kept
+
+
+def say_rebuilt(reason: str, dropped: int, pinned: int) -> None:
+    print(f"zoo: note: the checkpoint's training overrides no longer compose ({reason.split(':')[0]}); rebuilding "
+          f"its config without the {dropped} that fail, from the values it recorded ({pinned} pinned)",
+          file=sys.stderr, flush=True)

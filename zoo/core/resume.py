@@ -66,6 +66,8 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     # later command cannot have changed.
     previous = carried_overrides([str(o) for o in saved["zoo"].get("overrides", [])])
     in_run = ckpt.parent.name == "checkpoints"
+    if in_run:
+        previous = replayable(previous, saved, task, user, run_dir)
     merged = merge_overrides(previous, user) if in_run else user
     # The user's own task/preset first: merged with the run's stored `task=`, that stored choice would win over a
     # preset's `override /task`, and the other task's preset values would reach this task's module.
@@ -78,6 +80,29 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     if in_run:
         return merged + [f"hydra.run.dir='{run_dir}'", f"ckpt_path='{ckpt}'"]
     return user + [f"ckpt_path='{ckpt}'"]
+
+
+def replayable(previous: list[str], saved: dict, task: str, user: list[str], run_dir: Path) -> list[str]:
+    """The run's own overrides; where its presets no longer compose (one renamed or removed since the run began),
+    `task=<task>` and the config the checkpoint recorded, pinned value by value, so that the run still resumes."""
+    from zoo.core.recorded import PER_COMMAND, composable, recorded_values, say_rebuilt
+
+    groups = [o for o in previous if override_key(o) in ("task", "experiment")]
+    try:
+        composed_task(groups)
+        return previous
+    except ZooError as e:
+        recorded = (saved.get("zoo") or {}).get("config")
+        if not isinstance(recorded, dict):
+            raise
+        reason = str(e)
+    base = [f"task={task}", f"run_dir='{run_dir}'"]
+    own = [o for o in previous if override_key(o) != "task"]
+    kept = composable(own, base)
+    asked = {override_key(o) for o in user}
+    pins = recorded_values(recorded, [*base, *kept], asked, not_pinned=PER_COMMAND)
+    say_rebuilt(reason, len(own) - len(kept), len(pins))
+    return [f"task={task}", *kept, *pins]
 
 
 # What the checkpoint of a run being resumed recorded, while its module is built (`resumed_from`)

@@ -18,11 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.overrides import carried_overrides, override_key, override_value
-from zoo.core.recorded import flatten, is_location, pinned_values
+from zoo.core.recorded import PER_COMMAND, flatten, is_location, pinned_values
 from zoo.errors import ZooError
-
-# Keys a re-run must not take from the original: where it writes, what it resumes, per-command options.
-NOT_PINNED = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra")
 
 
 def main(rest: list[str]) -> None:
@@ -146,7 +143,7 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
         return {k: v for k, v in flatten(config).items()
                 if not is_location(k) and not (isinstance(v, str) and v.startswith(recorded_dir))}
 
-    pins, notes = pinned_values(settings(record["config"]), settings(now), asked, NOT_PINNED)
+    pins, notes = pinned_values(settings(record["config"]), settings(now), asked, PER_COMMAND)
     if record.get("resumed"):
         notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
                      "from it by more than a repeat would")
