@@ -71,6 +71,17 @@ def test_the_ppo_paper_preset_is_cleanrls_continuous_recipe() -> None:
     assert (m.activation, m.ortho_init, m.log_std_init) == ("tanh", True, 0.0)
 
 
+def test_the_hopper_preset_is_the_paper_recipe_with_a_longer_horizon() -> None:
+    """experiment=rl_mujoco_hopper differs from rl_mujoco on Hopper-v5 in gamma alone."""
+    from zoo.base import plain
+    from zoo.core.recorded import flatten
+
+    hopper = flatten(plain(compose(["experiment=rl_mujoco_hopper"]).task))
+    paper = flatten(plain(compose(["experiment=rl_mujoco", "task.env.id=Hopper-v5"]).task))
+    assert hopper.keys() == paper.keys() and hopper["env.id"] == "Hopper-v5"
+    assert {k: (paper[k], v) for k, v in hopper.items() if paper[k] != v} == {"module.gamma": (0.99, 0.995)}
+
+
 def test_preset_builds_the_networks_it_names() -> None:
     m = preset("rl_hopper")
     linear = [layer for layer in m.agent.actor if isinstance(layer, torch.nn.Linear)]
