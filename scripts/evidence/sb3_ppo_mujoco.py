@@ -208,7 +208,10 @@ def main() -> None:
               "stable-baselines3, then run with PYTHONPATH=/tmp/rl/sb3lib")
         return
     torch.set_num_threads(1)  # as the zoo's PPO and SB3's own rl-zoo scripts
-    r = recipe(a.env, a.preset)
+    r = recipe(a.env, a.preset)  # puts the project on sys.path
+    from rl.envs import prepare_mujoco
+
+    prepare_mujoco()  # MuJoCo's deprecation warnings to the log, not a MUJOCO_LOG.TXT in the working folder
     if a.check:
         print(json.dumps(parity(a.env, a.seed, r)), flush=True)
         return
