@@ -306,6 +306,9 @@ class PPO(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rl"] = {"update": self.update, "env_id": self.env_cfg["id"], "spec": self.spec,
                             "normalization": self.collector.state_dict(), "torch_rng": torch.get_rng_state()}
+        # A batch is a tick that collects a fresh rollout, not a slice of a dataset: a resume mid-epoch runs exactly
+        # the updates left (the resume line must not speak of reshuffled examples).
+        checkpoint["batches_are_examples"] = False
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rl")

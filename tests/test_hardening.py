@@ -380,3 +380,23 @@ def test_a_stopped_search_exits_as_a_stopped_run(run_zoo):
         assert proc.returncode == code, proc.stdout[-3000:]
         assert f"zoo: stopped by {'Ctrl-C' if name == 'SIGINT' else 'SIGTERM'}; the search continues" in proc.stdout
         assert "marked FAIL. Run the same command to continue the study" in proc.stdout
+
+
+def test_a_mid_epoch_resume_of_ppo_speaks_of_no_reshuffled_examples(tmp_path, capsys):
+    """PPO's resume after a mid-epoch SIGTERM said its epoch went on "in a new shuffle (some of its examples are
+    seen twice ...)": its batches are ticks that each collect a rollout, and the updates left run exactly."""
+    sys.path.insert(0, str(Path(__file__).parent / "deploy"))
+    from helpers import rl_ckpt
+
+    from zoo.core.resume import announce_resume
+
+    saved = {"epoch": 4, "global_step": 7680, "loops": {"fit_loop": {"epoch_loop.batch_progress": {
+        "is_last_batch": False, "current": {"processed": 4}}}}}
+    announce_resume("/run", Path("last.ckpt"), saved)
+    assert "in a new shuffle" in capsys.readouterr().err  # a dataset's batches: as before
+    ppo = torch.load(rl_ckpt(tmp_path, normalize=False), weights_only=False)
+    assert ppo["batches_are_examples"] is False
+    announce_resume("/run", Path("last.ckpt"), {**saved, "batches_are_examples": ppo["batches_are_examples"]})
+    err = capsys.readouterr().err
+    assert "saved 4 batch(es) into epoch 4: that epoch goes on with its remaining batches" in err
+    assert "shuffle" not in err and "examples" not in err

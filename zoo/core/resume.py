@@ -168,7 +168,8 @@ RESUME_WARNINGS = (r"Checkpoint directory .* exists and is not empty",
 def announce_resume(run_dir: str, path: Path, saved: dict) -> None:
     """`zoo: resuming <run> from last.ckpt at epoch E, step S`, and what happens to an epoch cut short: Lightning
     then runs only its remaining batches, from a loader that starts that epoch afresh (a new shuffle: some of its
-    examples are seen twice, others not at all); the epochs after it are whole."""
+    examples are seen twice, others not at all); the epochs after it are whole. A module whose batches hold no data
+    (PPO's, each a tick that collects a rollout) says so with `checkpoint["batches_are_examples"] = False`."""
     import sys
 
     from zoo.core.ddp import is_lightning_child, launcher_rank
@@ -178,7 +179,10 @@ def announce_resume(run_dir: str, path: Path, saved: dict) -> None:
     epoch, step = saved.get("epoch"), saved.get("global_step")
     print(f"zoo: resuming {run_dir} from {path.name} at epoch {epoch}, step {step}", file=sys.stderr, flush=True)
     done = batches_into_epoch(saved)
-    if done:
+    if done and saved.get("batches_are_examples") is False:  # a module's own word: its batches hold no data
+        print(f"zoo: {path.name} was saved {done} batch(es) into epoch {epoch}: that epoch goes on with its remaining "
+              "batches", file=sys.stderr, flush=True)
+    elif done:
         print(f"zoo: {path.name} was saved {done} batch(es) into epoch {epoch}: that epoch goes on with only its "
               "remaining batches, in a new shuffle (some of its examples are seen twice, others not at all); "
               "later epochs are whole", file=sys.stderr, flush=True)
