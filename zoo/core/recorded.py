@@ -1,5 +1,5 @@
 """A run's recorded config against today's: the values to pin when its own overrides are not enough (`zoo
-reproduce`), or no longer compose (`zoo test`/`predict`/`export` on a checkpoint whose preset was renamed since)."""
+reproduce`), or no longer compose (a resume, `zoo test`/`predict`/`export` of a run whose preset was renamed since)."""
 
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
     """The checked overrides that rebuild a checkpoint's task config to evaluate or export it: `task=<task>`, the
     training overrides it carries (less the trainer's: device settings are the evaluation's own), the user's, `tail`.
 
-    When its own overrides no longer compose while the user's do (a preset renamed or removed since the run), the
-    task config the checkpoint recorded is pinned value by value instead, with one line saying so: a trained model
-    must stay testable whatever happened to the preset it was trained with."""
+    When its own overrides no longer compose while the user's do (a preset renamed or removed since the run), those
+    that still compose are kept and the task config the checkpoint recorded is pinned value by value on top, with
+    one line saying so: a trained model must stay testable whatever happened to the preset it was trained with."""
     from zoo.core.config import check_overrides
 
     zoo = ckpt.get("zoo") or {}

@@ -84,7 +84,8 @@ def resolve_resume(overrides: list[str]) -> list[str]:
 
 def replayable(previous: list[str], saved: dict, task: str, user: list[str], run_dir: Path) -> list[str]:
     """The run's own overrides; where its presets no longer compose (one renamed or removed since the run began),
-    `task=<task>` and the config the checkpoint recorded, pinned value by value, so that the run still resumes."""
+    `task=<task>`, those of its overrides that still compose, and the config the checkpoint recorded pinned value by
+    value on top, so that the run still resumes."""
     from zoo.core.recorded import PER_COMMAND, composable, recorded_values, say_rebuilt
 
     groups = [o for o in previous if override_key(o) in ("task", "experiment")]

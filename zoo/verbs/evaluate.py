@@ -34,8 +34,9 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
     run_dir = evaluation_dir(verb, path, task)
-    tail = [f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'", *(["logger=none"] if verb == "predict"
-                                                                                 else [])]
+    tail = [f"run_dir='{run_dir.resolve()}'", f"ckpt_path='{path.resolve()}'"]
+    if verb == "predict":
+        tail.append("logger=none")
     from zoo.core.config import compose, register_resolvers
 
     register_resolvers()
