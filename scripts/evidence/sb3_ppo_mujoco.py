@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+import common  # noqa: F401 - puts the repository on sys.path (zoo, rl)
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
 PRESETS = {"Hopper-v5": "rl_hopper", "HalfCheetah-v5": "rl_halfcheetah", "Walker2d-v5": "rl_walker2d"}
 
 
@@ -36,7 +35,6 @@ def recipe(env_id: str, preset: str | None = None) -> dict:
     value prediction and takes the clipped loss alone, CleanRL and the zoo the larger of the two losses)."""
     from omegaconf import OmegaConf
 
-    sys.path.insert(0, str(ROOT))
     from zoo.core.config import compose, register_resolvers
 
     register_resolvers()
@@ -131,7 +129,6 @@ def parity(env_id: str, seed: int, r: dict, limit: int = 40) -> dict:
     minibatch's loss gradients. Returns the largest absolute differences."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from rl import ppo
     from rl.envs import describe_env, prepare_mujoco
     from rl.models import build_agent
@@ -208,7 +205,7 @@ def main() -> None:
               "stable-baselines3, then run with PYTHONPATH=/tmp/rl/sb3lib")
         return
     torch.set_num_threads(1)  # as the zoo's PPO and SB3's own rl-zoo scripts
-    r = recipe(a.env, a.preset)  # puts the project on sys.path
+    r = recipe(a.env, a.preset)
     from rl.envs import prepare_mujoco
 
     prepare_mujoco()  # MuJoCo's deprecation warnings to the log, not a MUJOCO_LOG.TXT in the working folder
