@@ -96,11 +96,10 @@ def networks(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
             and any(True for _ in child.parameters())}
 
 
-def compile_networks(module: torch.nn.Module, mode: str = "default", **kwargs: Any) -> list[str]:
-    """Compile, in place, each network `networks(module)` names, with torch.compile's `mode` (or, in `kwargs`, its
-    `options` instead, and `dynamic`); their names."""
+def compile_networks(module: torch.nn.Module, **settings: Any) -> list[str]:
+    """Compile, in place, each network `networks(module)` names, with torch.compile's keyword arguments `settings`
+    (`compile_kwargs`: a mode or options, and `dynamic`); their names."""
     chosen = networks(module)
-    settings = kwargs if "options" in kwargs else {"mode": mode, **kwargs}
     for net in chosen.values():
         net.compile(**settings)
     shown = ", ".join(f"{k} {v}" for k, v in settings.items())
