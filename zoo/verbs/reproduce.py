@@ -155,14 +155,6 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
     return [*carried, *pins, *user], notes, dict(now.get("reproduce") or {})
 
 
-
-
-
-
-
-
-
-
 def environment_differences(recorded: dict | None, notes: list[str]) -> list[str]:
     """The differences between the run's environment and this one that could change the result, then the notes."""
     from zoo.measure.env import collect
