@@ -194,6 +194,17 @@ def checkpoint_task(ckpt: dict, path: str | Path) -> str:
     return task
 
 
+def evaluated_checkpoint(path: Path, asked: str | None) -> tuple[dict, str]:
+    """The checkpoint a `test`/`predict`/`export` reads and its task; one line when the command's `task=` (`asked`)
+    names another task."""
+    ckpt = load_checkpoint(path)
+    task = checkpoint_task(ckpt, path)
+    if asked and asked != task:
+        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
+                       "checkpoint")
+    return ckpt, task
+
+
 def find_last(run_dir: Path) -> Path | None:
     last = run_dir / "checkpoints" / "last.ckpt"
     return last if last.is_file() else None

@@ -19,15 +19,10 @@ from zoo.verbs.train import scalars
 
 
 def _evaluate(verb: str, rest: list[str]) -> None:
-    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+    from zoo.core.checkpoint import evaluated_checkpoint
 
     path = checkpoint_argument(verb, rest)
-    ckpt = load_checkpoint(path)
-    task = checkpoint_task(ckpt, path)
-    asked = override_value(rest, "task")
-    if asked and asked != task:
-        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
-                       "checkpoint")
+    ckpt, task = evaluated_checkpoint(path, override_value(rest, "task"))
     # The input is free text (a sentence with commas, a path with brackets): it never goes through Hydra's grammar.
     text_input = next((unquote(o.partition("=")[2]) for o in rest if override_key(o) == "input"), None)
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "input")]

@@ -393,16 +393,11 @@ def summarize(out: Path, meta: dict) -> None:
 
 def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (DictConfig, checkpoint dict)
     """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys."""
-    from zoo.core.checkpoint import checkpoint_task, load_checkpoint
+    from zoo.core.checkpoint import evaluated_checkpoint
     from zoo.core.config import compose, register_resolvers
     from zoo.core.recorded import checkpoint_overrides
 
-    ckpt = load_checkpoint(path)
-    task = checkpoint_task(ckpt, path)
-    asked = override_value(rest, "task")
-    if asked and asked != task:
-        raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
-                       "checkpoint")
+    ckpt, task = evaluated_checkpoint(path, override_value(rest, "task"))
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "experiment")]
     user = [f"+{o}" if o.startswith(f"{verb}.") else o for o in user]
     run_dir = path.resolve().parent.parent if path.resolve().parent.name == "checkpoints" else path.resolve().parent
