@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from zoo.core.overrides import carried_overrides
+from zoo.core.overrides import carried_overrides, override_key
 from zoo.errors import ZooError
 
 # Top-level nodes that belong to one command, never a run's setting to carry: where it writes, what it resumes,
@@ -112,7 +112,7 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
         fresh = [f"task={task}", *kept, *user, *tail]
         check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
         reason = str(e)
-    asked = {o.partition("=")[0].lstrip("+~") for o in user}
+    asked = {override_key(o) for o in user}
     pins = recorded_values(recorded, fresh, asked, scope="task")
     say_rebuilt(reason, len(carried) - len(kept), len(pins))
     overrides = [f"task={task}", *kept, *pins, *user, *tail]
