@@ -32,6 +32,15 @@ VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
     ("task.data.batch_size=0", "task.data.batch_size=0 must be at least 1"),
     ("task.module.optimizer.lr=interval(1e-4,1e-2)", "interval() is a continuous range"),
     ("trainer.max_epochs=3,x", "trainer.max_epochs='x' is not an integer"),  # every sweep value is checked
+    ("seed=abc", "seed='abc' is not an integer (the default is 42)"),  # was a ValueError traceback at seeding
+    ("checkpoint_every_n_steps=often", "checkpoint_every_n_steps='often' is not an integer"),
+    # an environment variable is text: sklearn's split then refused seed '7' in a traceback
+    ("seed=${oc.env:HOME}", "seed=${oc.env:HOME} gives '/"),
+    ("seed=${oc.env:HOME}", "text needs decoding: seed='${oc.decode:${oc.env:HOME}}'"),
+    ("trainer.max_epochs=${task.module.optimizer.lr}", "trainer.max_epochs=${task.module.optimizer.lr} gives 0.0"),
+    ("ckpt_path=${oc.env:ZOO_TEST_UNSET_VARIABLE}", "does not resolve: KeyError raised while resolving interpolation: "
+     "\"Environment variable 'ZOO_TEST_UNSET_VARIABLE' not found\""),
+    ("task.data.root=${task.no_such_key}", "task.data.root=${task.no_such_key} does not resolve: Interpolation key"),
     # values only lightning.Trainer checked: a 32-line traceback, exit 1, with the new run's folder left behind
     ("trainer.precision=17", "trainer.precision=17 is not a precision Lightning knows; use one of auto, 64, 32, 16"),
     ("trainer.max_time=banana", "trainer.max_time=banana is not a duration; write days:hours:minutes:seconds"),
@@ -54,7 +63,8 @@ def test_right_values_pass():
 
     register_resolvers()
     check_overrides(["trainer.max_epochs=3", "task.module.optimizer.lr=3e-4", "trainer.devices=2",
-                     "task.module.optimizer.lr=1e-3,1e-4", "experiment=rl_cartpole", "task.module.ent_coef=0"])
+                     "task.module.optimizer.lr=1e-3,1e-4", "experiment=rl_cartpole", "task.module.ent_coef=0",
+                     "seed='${oc.decode:${oc.env:SLURM_ARRAY_TASK_ID,1}}'", "trainer.max_epochs=${seed}"])
 
 
 def test_a_wrong_value_is_one_line_on_the_console(run_zoo):

@@ -19,9 +19,28 @@ def _expected(default: Any) -> tuple[tuple[type, ...], str] | None:
     return None  # strings ("auto" | 2), nulls, lists and mappings take many shapes
 
 
+def _fits(value: Any, types: tuple[type, ...]) -> bool:
+    return value is None or isinstance(value, types) and not (types != (bool,) and isinstance(value, bool))
+
+
+def _resolved(base: Any, key: str, value: str) -> Any:
+    """What an interpolated override resolves to in `base` (None where it can only resolve in the run: ${hydra:...})."""
+    from omegaconf import OmegaConf
+
+    probe = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
+    OmegaConf.update(probe, key, value, force_add=True)
+    try:
+        return OmegaConf.select(probe, key)
+    except Exception as e:  # noqa: BLE001 - any resolver's failure (a missing variable, an unknown key or resolver)
+        if "hydra" in value or "hydra" in str(e).lower():
+            return None  # set once the run starts
+        raise ZooError(f"{key}={value} does not resolve: {str(e).strip().splitlines()[0]}") from None
+
+
 def check_types(parsed: list, base: Any, groups: tuple[str, ...]) -> None:
     """Each value override must have the type of the value it replaces in `base` (the config composed with the
-    same group choices: task, preset, trainer...). Sweep values are checked one by one."""
+    same group choices: task, preset, trainer...), and an interpolated one must resolve there. Sweep values are
+    checked one by one."""
     from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from omegaconf import OmegaConf
 
@@ -31,12 +50,10 @@ def check_types(parsed: list, base: Any, groups: tuple[str, ...]) -> None:
             continue  # deletions and config groups (task=..., hydra/launcher=...)
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(base, parent, throw_on_resolution_failure=False) if parent else base
-        if node is None or not hasattr(node, "_get_node") or leaf not in node or OmegaConf.is_interpolation(node, leaf):
+        if node is None or not hasattr(node, "_get_node") or leaf not in node:
             continue
-        default = node[leaf]
+        default = None if OmegaConf.is_interpolation(node, leaf) else node[leaf]  # None: no type to hold it to
         rule = _expected(default)
-        if rule is None:
-            continue
         value = o.value()
         values: list[Any]
         if isinstance(value, IntervalSweep):  # Hydra reads interval bounds as floats: 16.0 fits an integer key
@@ -46,10 +63,16 @@ def check_types(parsed: list, base: Any, groups: tuple[str, ...]) -> None:
             values = list(value.list) if isinstance(value, ChoiceSweep) else \
                 [value.start, value.step] if isinstance(value, RangeSweep) else [value]
         for v in values:
-            if v is None or isinstance(v, rule[0]) and not (rule[0] != (bool,) and isinstance(v, bool)):
+            if isinstance(v, str) and "${" in v:  # an interpolation: judged by what it resolves to, where it can be
+                got = _resolved(base, key, v)
+                if rule is None or got is None or _fits(got, rule[0]):
+                    continue
+                fix = f"; text needs decoding: {key}='${{oc.decode:{v}}}'" if isinstance(got, str) else ""
+                raise ZooError(f"{key}={v} gives {got!r}, not {rule[1]}{fix}")
+            if rule is None or _fits(v, rule[0]):
                 continue
-            if isinstance(v, str) and rule[0] == (int,) and not key.startswith("trainer."):
-                continue  # a task's integer option may also take a name (a column, "auto"); trainer's never do
+            if isinstance(v, str) and rule[0] == (int,) and key.startswith("task."):
+                continue  # a task's integer option may also take a name (a column, "auto"); seed or trainer's never do
             shown = str(default).lower() if isinstance(default, bool) else default
             ranged = isinstance(value, (IntervalSweep, RangeSweep))
             what = f"{key}: {v!r} in {o.input_line.partition('=')[2]}" if ranged else f"{key}={v!r}"
