@@ -26,6 +26,22 @@ def test_values_todays_defaults_would_change_are_pinned():
     assert hydra_literal({"a": None, "b": "it's"}) == "{a:null,b:'it\\'s'}"
 
 
+def test_interpolated_overrides_are_recorded_as_the_values_they_gave(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from zoo.core.recorded import frozen_overrides
+
+    monkeypatch.setenv("ZOO_TEST_SEED", "7")
+    listed = OmegaConf.create(["task=vision/resnet", "seed='${oc.decode:${oc.env:ZOO_TEST_SEED}}'",
+                               "+task.tag=${oc.env:ZOO_TEST_SEED}", "trainer.max_epochs=3",
+                               "hydra.run.dir=/runs/${oc.env:ZOO_TEST_SEED}"])
+    cfg = OmegaConf.create({"seed": "${oc.decode:${oc.env:ZOO_TEST_SEED}}", "task": {"tag": "${oc.env:ZOO_TEST_SEED}"},
+                            "trainer": {"max_epochs": 3}})
+    assert list(listed)[1] == "seed='7'"  # Hydra's record: the number as text
+    assert frozen_overrides(listed, cfg) == ["task=vision/resnet", "seed=7", "+task.tag='7'", "trainer.max_epochs=3",
+                                             "hydra.run.dir=/runs/7"]  # a key outside the job's config: Hydra's text
+
+
 def test_both_runs_metrics_side_by_side_and_the_verdict(capsys):
     from zoo.verbs.reproduce import compare
 

@@ -69,9 +69,12 @@ def test_train_then_test_and_predict(run_zoo, tmp_path):
 
 
 def test_resume_continues_the_same_run(run_zoo, tmp_path):
-    run_zoo("train", *FAST, check=True)
+    # the seed from a variable (a SLURM array's index): recorded as the number it gave, so the resume needs no
+    # variable (Hydra's own record read `seed='7'`, text, and the resume then failed in the data split)
+    run_zoo("train", *FAST, "seed='${oc.decode:${oc.env:ZOO_TEST_SEED}}'", env={"ZOO_TEST_SEED": "7"}, check=True)
     (run,) = run_dirs(tmp_path, "vision/resnet")
     first = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert "seed=7" in first["zoo"]["overrides"] and first["zoo"]["config"]["seed"] == 7
     out = run_zoo("train", f"ckpt_path={run}", "trainer.max_epochs=2", check=True).stdout
     assert run_dirs(tmp_path, "vision/resnet") == [run]  # same run directory
     second = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

@@ -65,6 +65,39 @@ def hydra_literal(value: Any) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+_ABSENT = object()
+
+
+def frozen_overrides(listed: Any, cfg: Any) -> list[str]:
+    """A run's overrides as its checkpoint records them for a resume or a reproduction: an interpolated value
+    (`seed=${oc.env:SEED}`) frozen to what it gave this run, in its type (`seed=7`), so that a replay needs no variable
+    and reads no number as text. Hydra's list resolves them as text: `seed='${oc.decode:${oc.env:SEED}}'` gave
+    `seed='7'`, which the resume then read as a string."""
+    from omegaconf import OmegaConf
+
+    from zoo.core.config import GROUPS
+
+    raw = OmegaConf.to_container(listed, resolve=False) if OmegaConf.is_config(listed) else list(listed)
+    out = []
+    for text, o in zip(list(listed), raw, strict=True):
+        o = str(o)
+        key = override_key(o)
+        if "${" not in o or "/" in key or key in GROUPS:
+            out.append(str(text))  # a group choice is a name: Hydra's text is it
+            continue
+        try:
+            value = OmegaConf.select(cfg, key, default=_ABSENT)
+        except Exception:  # noqa: BLE001 - unresolvable here: Hydra's text, as before
+            value = _ABSENT
+        if value is _ABSENT:
+            out.append(str(text))
+            continue
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        out.append(f"{o[: len(o) - len(o.lstrip('+~'))]}{key}={hydra_literal(value)}")
+    return out
+
+
 def recorded_values(recorded: dict, base: list[str], asked: set[str], scope: str = "",
                     not_pinned: tuple[str, ...] = ()) -> list[str]:
     """Overrides that set, on top of the config `base` composes, the values a run `recorded` (its resolved config;

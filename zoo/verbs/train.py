@@ -29,6 +29,7 @@ from zoo.core.ddp import (
     restore_dist_env,
 )
 from zoo.core.naming import output_root
+from zoo.core.recorded import frozen_overrides
 from zoo.core.resume import check_resume_task, resolve_resume, resumed_from
 from zoo.core.runlock import claim_for, discard_new_folders
 from zoo.core.stops import Stopped, lightning_call, stopped_by
@@ -100,7 +101,7 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
 
 
     hydra_cfg = HydraConfig.get()
-    overrides = list(hydra_cfg.overrides.task)
+    overrides = frozen_overrides(hydra_cfg.overrides.task, cfg)
     # In a search (hydra/sweeper=zoo_optuna) a failed trial is the sweeper's to record as FAIL and to report in one
     # line, and the search goes on; anywhere else the failure ends the command with its one line.
     searcher = "zoo_optuna" in str(hydra_cfg.sweeper.get("_target_", ""))
