@@ -19,11 +19,11 @@ SCRIPT = textwrap.dedent("""
     stops.install()
     try:
         import slow_module  # sends itself the signal half-way through its own top-level code
-        print("imported", slow_module.DONE, flush=True)
         time.sleep(5)
         print("never stopped", flush=True)
-    except (stops.Stopped, KeyboardInterrupt):
-        print("stopped after the import" if "slow_module" in sys.modules else "stopped inside the import")
+    except (stops.Stopped, KeyboardInterrupt):  # no print before this one: a stop could cut it half-way
+        done = getattr(sys.modules.get("slow_module"), "DONE", False)
+        print("stopped after the import" if done else "stopped inside the import")
 """)
 MODULE = "import os, signal, time\nos.kill(os.getpid(), signal.{name})\ntime.sleep(0.3)\nDONE = True\n"
 
