@@ -78,6 +78,7 @@ def frozen_overrides(listed: Any, cfg: Any) -> list[str]:
     from zoo.core.config import GROUPS
 
     raw = OmegaConf.to_container(listed, resolve=False) if OmegaConf.is_config(listed) else list(listed)
+    assert isinstance(raw, list)  # the list's own strings, their interpolations unresolved
     out = []
     for text, o in zip(list(listed), raw, strict=True):
         o = str(o)
