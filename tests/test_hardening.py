@@ -65,6 +65,8 @@ def test_right_values_pass():
     check_overrides(["trainer.max_epochs=3", "task.module.optimizer.lr=3e-4", "trainer.devices=2",
                      "task.module.optimizer.lr=1e-3,1e-4", "experiment=rl_cartpole", "task.module.ent_coef=0",
                      "seed='${oc.decode:${oc.env:SLURM_ARRAY_TASK_ID,1}}'", "trainer.max_epochs=${seed}"])
+    # a task's integer option may take a name, from a variable too
+    check_overrides(["trainer=cpu", "task=nlp/bert", "task.data.text_column=${oc.env:ZOO_TEST_COLUMN,sentence}"])
 
 
 def test_a_wrong_value_is_one_line_on_the_console(run_zoo):

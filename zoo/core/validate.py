@@ -62,17 +62,17 @@ def check_types(parsed: list, base: Any, groups: tuple[str, ...]) -> None:
         else:
             values = list(value.list) if isinstance(value, ChoiceSweep) else \
                 [value.start, value.step] if isinstance(value, RangeSweep) else [value]
-        for v in values:
-            if isinstance(v, str) and "${" in v:  # an interpolation: judged by what it resolves to, where it can be
-                got = _resolved(base, key, v)
-                if rule is None or got is None or _fits(got, rule[0]):
-                    continue
-                fix = f"; text needs decoding: {key}='${{oc.decode:{v}}}'" if isinstance(got, str) else ""
-                raise ZooError(f"{key}={v} gives {got!r}, not {rule[1]}{fix}")
+        for given in values:
+            # an interpolation is judged by what it resolves to (None where only the run can resolve it)
+            interpolated = isinstance(given, str) and "${" in given
+            v = _resolved(base, key, given) if interpolated else given
             if rule is None or _fits(v, rule[0]):
                 continue
             if isinstance(v, str) and rule[0] == (int,) and key.startswith("task."):
                 continue  # a task's integer option may also take a name (a column, "auto"); seed or trainer's never do
+            if interpolated:
+                fix = f"; text needs decoding: {key}='${{oc.decode:{given}}}'" if isinstance(v, str) else ""
+                raise ZooError(f"{key}={given} gives {v!r}, not {rule[1]}{fix}")
             shown = str(default).lower() if isinstance(default, bool) else default
             ranged = isinstance(value, (IntervalSweep, RangeSweep))
             what = f"{key}: {v!r} in {o.input_line.partition('=')[2]}" if ranged else f"{key}={v!r}"
