@@ -136,9 +136,17 @@ def test_pad_concat_and_options():
     out = pad_concat([a, b], 7)
     assert out.shape == (3, 5) and out[0].tolist() == [1, 1, 1, 7, 7]
     assert check_options({"port": "9000"})["port"] == 9000
-    for bad in ({"port": "x"}, {"prot": "1"}, {"workers": "2"}, {"backend": "tensorrt"}):
-        with pytest.raises(ZooError):
+    assert check_options({"threads": "null", "drain_s": "0"})["threads"] is None
+    for bad, says in (({"port": "x"}, "serve.port=x is not an integer; e.g. serve.port=8000"),
+                      ({"port": "99999"}, "serve.port=99999: use a port in 1..65535"),
+                      ({"max_batch_size": "0"}, "serve.max_batch_size=0: a batch holds at least 1"),
+                      ({"batch_timeout_ms": "soon"}, "serve.batch_timeout_ms=soon is not a number"),
+                      ({"threads": "0"}, "serve.threads=0: torch threads, >= 1"),
+                      ({"prot": "1"}, "unknown serve option serve.prot"), ({"workers": "2"}, "serve.workers=1 only"),
+                      ({"backend": "tensorrt"}, "unknown serve.backend=tensorrt")):
+        with pytest.raises(ZooError) as e:
             check_options(bad)
+        assert says in str(e.value), str(e.value)
     with socket.socket() as taken:  # a port in use: one line before any model is loaded
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -37,10 +37,15 @@ log = logging.getLogger("zoo")
 OPTIONS = {"port": 8000, "backend": None, "max_batch_size": 32, "batch_timeout_ms": 5.0, "max_body_mb": 10.0,
            "threads": None, "workers": 1, "drain_s": 10.0, "max_pixels": 50_000_000}
 HOST = "127.0.0.1"  # loopback only: put a real proxy in front to expose it
-
-
-
-
+# option: (type, least value, what the value must be)
+_NUMBERS = {"port": (int, 1, "use a port in 1..65535, e.g. serve.port=8000"),
+            "max_batch_size": (int, 1, "a batch holds at least 1 request"),
+            "workers": (int, 1, "at least 1 process"),
+            "batch_timeout_ms": (float, 0, "milliseconds a batch waits to fill, >= 0"),
+            "max_body_mb": (float, 0, "the largest request body in MB, >= 0"),
+            "threads": (int, 1, "torch threads, >= 1 (null: the cores)"),
+            "drain_s": (float, 0, "seconds a stop waits for requests in flight, >= 0"),
+            "max_pixels": (int, 1, "the largest image accepted, in pixels, >= 1")}
 
 
 def serve_options(rest: list[str]) -> dict:
@@ -62,19 +67,18 @@ def check_options(opts: dict) -> dict:
         known = ", ".join("serve." + k for k in OPTIONS)
         raise ZooError(f"unknown serve option serve.{unknown[0]}; use one of {known}")
     out = {**OPTIONS, **{k: v for k, v in opts.items() if v is not None}}
-    try:
-        out["port"], out["max_batch_size"], out["workers"] = int(out["port"]), int(out["max_batch_size"]), \
-            int(out["workers"])
-        out["batch_timeout_ms"], out["max_body_mb"] = float(out["batch_timeout_ms"]), float(out["max_body_mb"])
-        out["drain_s"], out["max_pixels"] = float(out["drain_s"]), int(out["max_pixels"])
-        out["threads"] = int(out["threads"]) if out["threads"] not in (None, "null") else None
-    except ValueError as e:
-        raise ZooError(f"a serve option is not a number ({e}); e.g. serve.port=8000 serve.max_batch_size=32") from None
-    if not 0 < out["port"] < 65536 or out["max_batch_size"] < 1:
-        raise ZooError("serve.port must be 1..65535 and serve.max_batch_size >= 1")
-    if out["drain_s"] < 0 or out["max_pixels"] < 1:
-        raise ZooError("serve.drain_s must be >= 0 (seconds a stop waits for requests in flight) and serve.max_pixels "
-                       ">= 1 (the largest image accepted, in pixels)")
+    if out["threads"] == "null":
+        out["threads"] = None
+    for key, (kind, low, what) in _NUMBERS.items():
+        if out[key] is None:
+            continue
+        try:
+            out[key] = kind(out[key])
+        except (TypeError, ValueError):
+            raise ZooError(f"serve.{key}={out[key]} is not {'an integer' if kind is int else 'a number'}; "
+                           f"e.g. serve.{key}={OPTIONS[key] or low}") from None
+        if out[key] < low or key == "port" and out[key] > 65535:
+            raise ZooError(f"serve.{key}={out[key]}: {what}")
     if out["workers"] != 1:
         raise ZooError("serve.workers=1 only for now (one process batches all requests); for more, start one server "
                        "per port behind a proxy")
