@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zoo.testing import TINY, run_dirs
+from zoo.testing import TINY, one_line_error, run_dirs
 
 VISION = [*TINY, "task.data.image_size=16", "task.module.arch=resnet10t"]
 
@@ -55,6 +55,20 @@ def test_both_runs_metrics_side_by_side_and_the_verdict(capsys):
         capsys.readouterr().err
 
 
+def test_reproduce_options_are_checked_against_the_run_before_the_re_run():
+    from zoo.errors import ZooError
+    from zoo.verbs.reproduce import judged_metrics
+
+    original = {"val/acc": 0.9, "test/acc": 0.88, "val/loss": 0.4}
+    assert judged_metrics(original, {}, "val/acc") == (["val/acc", "test/acc"], 0.03)
+    assert judged_metrics(original, {"metrics": ["val/loss", "val/f1"]}, "val/acc", {"val/loss": 0.5})[0] == \
+        ["val/loss"]
+    with pytest.raises(ZooError, match=r"reproduce.tolerance=-0.1 is below 0"):
+        judged_metrics(original, {"tolerance": -0.1}, "val/acc")
+    with pytest.raises(ZooError, match=r"names none that the run has \(\['test/acc', 'val/acc', 'val/loss'\]\)"):
+        judged_metrics(original, {"metrics": ["val/f1"]}, "val/acc")
+
+
 @pytest.mark.slow
 def test_a_short_vision_run_reproduces_within_tolerance(run_zoo, tmp_path):
     run_zoo("train", *VISION, "seed=3", check=True)
@@ -73,6 +87,11 @@ def test_a_short_vision_run_reproduces_within_tolerance(run_zoo, tmp_path):
     (run / "metrics.json").write_text(json.dumps({**original, "test/acc": original["test/acc"] + 0.5}))
     proc = run_zoo("reproduce", f"{run}/checkpoints/last.ckpt")
     assert proc.returncode == 1 and "zoo: not reproduced: test/acc" in proc.stdout
+    # wrong options are one line before any re-run (a tolerance below 0 trained again, then failed by 0.0000)
+    line = one_line_error(run_zoo("reproduce", str(run), "reproduce.tolerance=-1"))
+    assert "reproduce.tolerance=-1 is below 0" in line
+    assert "names none that the run has" in one_line_error(run_zoo("reproduce", str(run), "reproduce.metrics=[val/f1]"))
+    assert len([p for p in run.parent.iterdir() if "-reproduce-" in p.name]) == 2  # the two re-runs above only
 
 
 def test_a_wrong_argument_is_one_line(run_zoo, tmp_path):

@@ -28,6 +28,7 @@ def main(rest: list[str]) -> None:
     original = read_metrics(run)
     target = run.parent / f"{run.name}-reproduce-{datetime.now():%Y-%m-%d_%H-%M-%S}"
     overrides, notes, opts = plan(record, user, run)
+    judged_metrics(original, opts, record["task_monitor"])  # a wrong reproduce option stops here, before the re-run
     print(f"zoo: reproducing {run} ({record['task']}) into {target}", flush=True)
     for line in environment_differences(record.get("env"), notes):
         print(f"  {line}", flush=True)
@@ -210,14 +211,26 @@ def read_metrics(run: Path) -> dict[str, float]:
     return {k: v for k, (_, v) in sorted(last.items())}
 
 
+def judged_metrics(original: dict[str, float], opts: dict, monitor: str, again: dict[str, float] | None = None
+           ) -> tuple[list[str], float]:
+    """The metrics judged (those of `reproduce.metrics`, else the monitored one and its test/ twin, that the runs
+    have) and the tolerance; checked against the original alone before the re-run, against both after it."""
+    tolerance = float(opts.get("tolerance", 0.03))
+    if tolerance < 0:
+        raise ZooError(f"reproduce.tolerance={tolerance:g} is below 0: no difference passes; use e.g. "
+                       "reproduce.tolerance=0.03 (0: identical metrics)")
+    names = list(opts.get("metrics") or [m for m in (monitor, "test/" + monitor.partition("/")[2]) if m])
+    names = [m for m in names if m in original and (again is None or m in again)]
+    if not names:
+        runs = "the run has" if again is None else "both runs have"
+        raise ZooError(f"no metric to judge: reproduce.metrics names none that {runs} ({sorted(original)}); "
+                       "set reproduce.metrics=[<key>,...]")
+    return names, tolerance
+
+
 def compare(original: dict[str, float], again: dict[str, float], opts: dict, monitor: str) -> int:
     """Both runs' metrics side by side with their difference; 0 when the judged ones agree within the tolerance."""
-    tolerance = float(opts.get("tolerance", 0.03))
-    judged = list(opts.get("metrics") or [m for m in (monitor, "test/" + monitor.partition("/")[2]) if m])
-    judged = [m for m in judged if m in original and m in again]
-    if not judged:
-        raise ZooError(f"no metric to judge: reproduce.metrics names none that both runs have ({sorted(original)}); "
-                       "set reproduce.metrics=[<key>,...]")
+    judged, tolerance = judged_metrics(original, opts, monitor, again)
     print(f"\n  {'metric':<18} {'original':>10} {'re-run':>10} {'difference':>11}", flush=True)
     for key in sorted(set(original) | set(again)):
         a, b = original.get(key), again.get(key)
