@@ -211,8 +211,8 @@ def read_metrics(run: Path) -> dict[str, float]:
     return {k: v for k, (_, v) in sorted(last.items())}
 
 
-def judged_metrics(original: dict[str, float], opts: dict, monitor: str, again: dict[str, float] | None = None
-           ) -> tuple[list[str], float]:
+def judged_metrics(original: dict[str, float], opts: dict, monitor: str,
+                   again: dict[str, float] | None = None) -> tuple[list[str], float]:
     """The metrics judged (those of `reproduce.metrics`, else the monitored one and its test/ twin, that the runs
     have) and the tolerance; checked against the original alone before the re-run, against both after it."""
     tolerance = float(opts.get("tolerance", 0.03))
