@@ -222,6 +222,20 @@ def test_a_checkpoint_outlives_the_preset_it_was_trained_with(task, preset, caps
         checkpoint_overrides(ckpt, task, [], tail)
 
 
+def test_a_users_value_replaces_the_checkpoints_own_for_that_key():
+    """A value the checkpoint recorded that today's checks refuse (`seed='7'`, text, as runs before interpolated
+    overrides were frozen recorded it) is replaced by the user's, not stacked before it and checked anyway."""
+    from zoo.core.config import register_resolvers
+    from zoo.core.recorded import checkpoint_overrides
+
+    register_resolvers()
+    ckpt = {"zoo": {"overrides": ["task=vision/resnet", "seed='7'", "task.module.arch=resnet10t"], "config": None}}
+    with pytest.raises(ZooError, match="seed='7' is not an integer"):
+        checkpoint_overrides(ckpt, "vision/resnet", [], [])
+    assert checkpoint_overrides(ckpt, "vision/resnet", ["seed=7"], []) == ["task=vision/resnet",
+                                                                            "task.module.arch=resnet10t", "seed=7"]
+
+
 def test_a_run_resumes_after_the_preset_it_began_with_is_gone(tmp_path, capsys):
     """The resume replayed `experiment=<renamed>` and stopped at "unknown experiment": the run could not go on. Its
     recorded config now rebuilds it, task, trainer and all; what the user adds to the resume still wins."""

@@ -133,7 +133,9 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
     from zoo.core.config import check_overrides
 
     zoo = ckpt.get("zoo") or {}
-    carried = [o for o in carried_overrides(zoo.get("overrides", [])) if not o.startswith(("trainer", "task="))]
+    asked = {override_key(o) for o in user}  # the user's value replaces the recorded one, not stacked after it
+    carried = [o for o in carried_overrides(zoo.get("overrides", []))
+               if not o.startswith(("trainer", "task=")) and override_key(o) not in asked]
     overrides = [f"task={task}", *carried, *user, *tail]
     try:
         check_overrides(overrides, sweeps=False)
@@ -146,7 +148,6 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
         fresh = [f"task={task}", *kept, *user, *tail]
         check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
         reason = str(e)
-    asked = {override_key(o) for o in user}
     pins = recorded_values(recorded, fresh, asked, scope="task")
     say_rebuilt(reason, len(carried) - len(kept), len(pins))
     overrides = [f"task={task}", *kept, *pins, *user, *tail]
