@@ -163,8 +163,7 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
     single = [_single_value(o, sweeps) for o in parsed]
     try:
         cfg = compose(single, config_name, with_hydra=True)
-        groups = [t for t, o in zip(single, parsed) if "." not in o.get_key_element() and
-                  o.get_key_element().lstrip("+~") in GROUPS or "/" in o.get_key_element()]
+        groups = [t for t, o in zip(single, parsed) if is_group_choice(o.get_key_element())]
         base = cfg if groups == single else compose(groups, config_name, with_hydra=True)  # no value overrides
     except Exception as e:  # noqa: BLE001
         raise ZooError(explain(e, single)) from None
@@ -296,3 +295,8 @@ def _did_you_mean(key: str, overrides: list[str]) -> str:
 
 
 GROUPS = ("task", "experiment", "trainer", "logger", "callbacks", "hydra", "hparams_search")
+
+
+def is_group_choice(key: str) -> bool:
+    """Whether an override's key picks a config group (`task=...`, `hydra/launcher=...`) rather than sets a value."""
+    return "/" in key or key.lstrip("+~") in GROUPS

@@ -75,7 +75,7 @@ def frozen_overrides(listed: Any, cfg: Any) -> list[str]:
     `seed='7'`, which the resume then read as a string."""
     from omegaconf import OmegaConf
 
-    from zoo.core.config import GROUPS
+    from zoo.core.config import is_group_choice
 
     raw = OmegaConf.to_container(listed, resolve=False) if OmegaConf.is_config(listed) else list(listed)
     assert isinstance(raw, list)  # the list's own strings, their interpolations unresolved
@@ -83,7 +83,7 @@ def frozen_overrides(listed: Any, cfg: Any) -> list[str]:
     for text, o in zip(list(listed), raw, strict=True):
         o = str(o)
         key = override_key(o)
-        if "${" not in o or "/" in key or key in GROUPS:
+        if "${" not in o or is_group_choice(key):
             out.append(str(text))  # a group choice is a name: Hydra's text is it
             continue
         try:
