@@ -20,13 +20,13 @@ pytest.importorskip("mujoco")
 
 # rl-baselines3-zoo's hyperparams/ppo.yml (Hopper-v4, HalfCheetah-v4, Walker2d-v4 entries), as SB3 names them.
 RL_ZOO = {
-    "rl_hopper": dict(env="Hopper-v5", batch_size=32, n_epochs=5, gamma=0.999, gae_lambda=0.99, clip_range=0.2,
+    "rl_hopper_rlzoo": dict(env="Hopper-v5", batch_size=32, n_epochs=5, gamma=0.999, gae_lambda=0.99, clip_range=0.2,
                       ent_coef=0.00229519, vf_coef=0.835671, max_grad_norm=0.7, learning_rate=9.80828e-05,
                       net=[256, 256], act="relu", ortho=False, log_std=-2.0),
-    "rl_halfcheetah": dict(env="HalfCheetah-v5", batch_size=64, n_epochs=20, gamma=0.98, gae_lambda=0.92,
+    "rl_halfcheetah_rlzoo": dict(env="HalfCheetah-v5", batch_size=64, n_epochs=20, gamma=0.98, gae_lambda=0.92,
                            clip_range=0.1, ent_coef=0.000401762, vf_coef=0.58096, max_grad_norm=0.8,
                            learning_rate=2.0633e-05, net=[256, 256], act="relu", ortho=False, log_std=-2.0),
-    "rl_walker2d": dict(env="Walker2d-v5", batch_size=32, n_epochs=20, gamma=0.99, gae_lambda=0.95, clip_range=0.1,
+    "rl_walker2d_rlzoo": dict(env="Walker2d-v5", batch_size=32, n_epochs=20, gamma=0.99, gae_lambda=0.95, clip_range=0.1,
                         ent_coef=0.000585045, vf_coef=0.871923, max_grad_norm=1.0, learning_rate=5.05041e-05,
                         net=[64, 64], act="tanh", ortho=True, log_std=0.0),  # no policy_kwargs: SB3's defaults
 }
@@ -71,30 +71,35 @@ def test_the_ppo_paper_preset_is_cleanrls_continuous_recipe() -> None:
     assert (m.activation, m.ortho_init, m.log_std_init) == ("tanh", True, 0.0)
 
 
-def test_the_hopper_preset_is_the_paper_recipe_with_a_longer_horizon() -> None:
-    """experiment=rl_mujoco_hopper differs from rl_mujoco on Hopper-v5 in gamma alone."""
+def test_the_robots_names_are_their_best_measured_recipes() -> None:
+    """experiment=rl_hopper differs from rl_mujoco on Hopper-v5 in gamma alone; rl_walker2d is rl_mujoco on
+    Walker2d-v5; rl_halfcheetah is rl-zoo's HalfCheetah entry (docs/results/rl.md has the measurements)."""
     from zoo.base import plain
     from zoo.core.recorded import flatten
 
-    hopper = flatten(plain(compose(["experiment=rl_mujoco_hopper"]).task))
-    paper = flatten(plain(compose(["experiment=rl_mujoco", "task.env.id=Hopper-v5"]).task))
+    def task(*overrides: str) -> dict:
+        return flatten(plain(compose(list(overrides)).task))
+
+    hopper, paper = task("experiment=rl_hopper"), task("experiment=rl_mujoco", "task.env.id=Hopper-v5")
     assert hopper.keys() == paper.keys() and hopper["env.id"] == "Hopper-v5"
     assert {k: (paper[k], v) for k, v in hopper.items() if paper[k] != v} == {"module.gamma": (0.99, 0.995)}
+    assert task("experiment=rl_walker2d") == task("experiment=rl_mujoco", "task.env.id=Walker2d-v5")
+    assert task("experiment=rl_halfcheetah") == task("experiment=rl_halfcheetah_rlzoo")
 
 
 def test_preset_builds_the_networks_it_names() -> None:
-    m = preset("rl_hopper")
+    m = preset("rl_hopper_rlzoo")
     linear = [layer for layer in m.agent.actor if isinstance(layer, torch.nn.Linear)]
     assert [layer.out_features for layer in linear] == [256, 256, 3] and linear[0].in_features == 11
     assert isinstance(m.agent.actor[1], torch.nn.ReLU)
     assert torch.equal(m.agent.head.log_std.detach(), torch.full((3,), -2.0))
     # PyTorch's default init (uniform, bound 1/sqrt(fan_in)), not the orthogonal one with its 0.01-gain head
     assert linear[-1].weight.abs().max() > 0.02 and linear[-1].bias.abs().max() > 0
-    ortho = preset("rl_hopper", "task.module.ortho_init=true")
+    ortho = preset("rl_hopper_rlzoo", "task.module.ortho_init=true")
     assert torch.allclose(ortho.agent.actor[-1].weight.norm(dim=1), torch.full((3,), 0.01), atol=1e-5)
-    walker = preset("rl_walker2d")
+    walker = preset("rl_walker2d_rlzoo")
     assert [layer.out_features for layer in walker.agent.critic if isinstance(layer, torch.nn.Linear)] == [64, 64, 1]
-    wide_vf = preset("rl_hopper", "task.module.vf_hidden_sizes=[32]")
+    wide_vf = preset("rl_hopper_rlzoo", "task.module.vf_hidden_sizes=[32]")
     assert [x.out_features for x in wide_vf.agent.critic if isinstance(x, torch.nn.Linear)] == [32, 1]
 
 

@@ -51,7 +51,9 @@ def save_run_config(cfg: DictConfig, overrides: list[str], resume: str | None = 
     and what reproduces the run."""
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    saved = {"config": plain(cfg), "overrides": list(overrides), "resume": resume}
+    from zoo.core.presets import GENERATION
+
+    saved = {"config": plain(cfg), "overrides": list(overrides), "resume": resume, "presets": GENERATION}
     return write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(saved)))
 
 

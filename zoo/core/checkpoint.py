@@ -114,12 +114,13 @@ class ZooMetadata(Callback):
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         from zoo import __version__
+        from zoo.core.presets import GENERATION
         from zoo.measure.env import collect
 
         if self.env is None:
             self.env = collect()
         hp = checkpoint.get("hyper_parameters", {})
-        meta = dict(self.meta, version=__version__, env=self.env)
+        meta = dict(self.meta, version=__version__, presets=GENERATION, env=self.env)
         if "pretrained" in hp:
             meta["pretrained"] = hp["pretrained"]
             hp["pretrained"] = False

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.naming import check_writable, is_writer, run_id
+from zoo.core.presets import renamed_preset
 from zoo.errors import ZooError
 
 CONFIG_DIR = Path(os.environ.get("ZOO_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
@@ -248,6 +249,8 @@ def explain(e: BaseException, overrides: list[str]) -> str:
     if m:
         path = m.group(1)
         group, _, name = path.partition("/")
+        if group in GROUPS and name not in options(group) and (renamed := renamed_preset(group, name)):
+            return renamed
         if group in GROUPS:
             avail = options(group)
             near = difflib.get_close_matches(name, avail, n=1)

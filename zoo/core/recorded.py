@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from zoo.core.overrides import carried_overrides, override_key
+from zoo.core.presets import recorded_overrides
 from zoo.errors import ZooError
 
 # Top-level nodes that belong to one command, never a run's setting to carry: where it writes, what it resumes,
@@ -134,7 +135,7 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
 
     zoo = ckpt.get("zoo") or {}
     asked = {override_key(o) for o in user}  # the user's value replaces the recorded one, not stacked after it
-    carried = [o for o in carried_overrides(zoo.get("overrides", []))
+    carried = [o for o in carried_overrides(recorded_overrides(zoo))
                if not o.startswith(("trainer", "task=")) and override_key(o) not in asked]
     overrides = [f"task={task}", *carried, *user, *tail]
     try:

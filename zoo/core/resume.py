@@ -10,6 +10,7 @@ from pathlib import Path
 
 from zoo.core.naming import output_root
 from zoo.core.overrides import carried_overrides, merge_overrides, override_key, override_value
+from zoo.core.presets import recorded_overrides
 from zoo.errors import ZooError
 
 
@@ -64,7 +65,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     run_dir = ckpt.parent.parent
     # The checkpoint carries the overrides of the run that wrote it: the run's own record, which a failed
     # later command cannot have changed.
-    previous = carried_overrides([str(o) for o in saved["zoo"].get("overrides", [])])
+    previous = carried_overrides(recorded_overrides(saved["zoo"]))  # in today's preset names
     in_run = ckpt.parent.name == "checkpoints"
     if in_run:
         previous = replayable(previous, saved, task, user, run_dir)

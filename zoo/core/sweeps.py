@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.overrides import carried_overrides, override_key
+from zoo.core.presets import recorded_overrides
 from zoo.errors import ZooError
 
 
@@ -26,7 +27,7 @@ def continue_trial(cfg: Any, overrides: list[str]) -> dict | None:
         return None
     from zoo.core.checkpoint import load_checkpoint
 
-    recorded = carried_overrides([str(o) for o in load_checkpoint(last).get("zoo", {}).get("overrides", [])])
+    recorded = carried_overrides(recorded_overrides(load_checkpoint(last).get("zoo", {})))
     if sorted(recorded) != sorted(carried_overrides(overrides)):
         raise ZooError(f"{run_dir} holds a trial with other values ({' '.join(recorded)}), not this sweep's "
                        f"({' '.join(carried_overrides(overrides))}); finish a sweep with its own command, or leave "

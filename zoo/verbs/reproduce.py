@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.core.presets import recorded_overrides
 from zoo.core.recorded import PER_COMMAND, flatten, is_location, pinned_values
 from zoo.errors import ZooError
 
@@ -103,10 +104,10 @@ def read_record(source: Path) -> tuple[Path, dict]:
     if ckpt_file is not None:
         ckpt = load_checkpoint(ckpt_file)
         zoo = ckpt["zoo"] if "zoo" in ckpt else {}
-        record: dict[str, Any] = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": list(zoo.get("overrides", [])),
+        record: dict[str, Any] = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": recorded_overrides(zoo),
                   "config": zoo.get("config") or saved.get("config") or {}, "env": zoo.get("env")}
     elif saved:
-        record = {"task": saved["config"]["task"]["name"], "overrides": list(saved.get("overrides", [])),
+        record = {"task": saved["config"]["task"]["name"], "overrides": recorded_overrides(saved),
                   "config": saved["config"], "env": None}
     else:
         raise ZooError(f"{run} holds neither checkpoints nor config.yaml: not a zoo run folder")
