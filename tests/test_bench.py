@@ -197,8 +197,8 @@ TASKS = {  # tiny settings per task, then its two combinations
     "nlp": (["task=nlp/bert", "task.data.builtin_size=64"], ["bench.batch_size=[8,16]"]),
     # rl also asks for more processes than this machine has cores: those two rows are skipped, the bench goes on
     "rl": (["task=rl/ppo", "task.module.num_steps=32"], ["bench.batch_size=[2,4]", "bench.devices=[1,4096]"]),
-    "speech": (["experiment=speech_fsdd", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
-                "task.data.chars='one two'"], ["bench.batch_size=[2,4]"]),
+    "speech": (["experiment=speech_fsdd_manifests", "task.module.model={hidden: 16, layers: 1}",
+                "task.module.n_mels=16", "task.data.chars='one two'"], ["bench.batch_size=[2,4]"]),
     "gan": (["task=gan/dcgan", "task.module.width=8", "task.module.eval_train_steps=3"], ["bench.batch_size=[8,16]"]),
 }
 

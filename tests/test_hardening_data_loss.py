@@ -180,12 +180,12 @@ def test_a_runs_added_keys_replay_after_its_preset_gained_them():
     from zoo.core.overrides import carried_overrides
 
     register_resolvers()
-    saved = ["experiment=speech_fsdd_whisper", "+task.module.model.silence_lead=0.5", "ckpt_path=/x/last.ckpt",
+    saved = ["experiment=speech_fsdd", "+task.module.model.silence_lead=0.5", "ckpt_path=/x/last.ckpt",
              "hydra.run.dir=/x", "++task.module.model.silence_tail=0.4"]
     with pytest.raises(Exception, match="An item is already at"):
         compose([o for o in saved if not o.startswith(("ckpt_path", "hydra"))])
     carried = carried_overrides(saved)
-    assert carried == ["experiment=speech_fsdd_whisper", "++task.module.model.silence_lead=0.5",
+    assert carried == ["experiment=speech_fsdd", "++task.module.model.silence_lead=0.5",
                        "++task.module.model.silence_tail=0.4"]
     model = compose(carried).task.module.model
     assert model.silence_lead == 0.5 and model.silence_tail == 0.4
@@ -193,7 +193,7 @@ def test_a_runs_added_keys_replay_after_its_preset_gained_them():
                                                                                  "++trainer.new_key=1"]
 
 
-@pytest.mark.parametrize("task, preset", [("vision/resnet", "vision_flowers12"), ("speech/ctc", "speech_fsdd_whisper"),
+@pytest.mark.parametrize("task, preset", [("vision/resnet", "vision_flowers12"), ("speech/ctc", "speech_fsdd"),
                                           ("rl/ppo", "rl_hopper")])
 def test_a_checkpoint_outlives_the_preset_it_was_trained_with(task, preset, capsys):
     """A checkpoint trained with `experiment=<a preset renamed since>` could not be tested, predicted or exported

@@ -105,6 +105,21 @@ def test_reproduce_reads_an_old_record_in_todays_names(tmp_path):
     assert read_record(run)[1]["overrides"] == OLD
 
 
+@pytest.mark.parametrize("recorded, presets, today", [
+    ("rl_hopper", None, "rl_hopper_rlzoo"), ("rl_mujoco_hopper", None, "rl_hopper"), ("rl_hopper", 1, "rl_hopper"),
+    ("speech_fsdd", None, "speech_fsdd_manifests"), ("speech_fsdd", 1, "speech_fsdd_manifests"),
+    ("speech_fsdd_whisper", 1, "speech_fsdd"), ("speech_fsdd", 2, "speech_fsdd"), ("rl_cartpole", None, "rl_cartpole"),
+])
+def test_each_step_renames_once_and_only_what_came_before_it(recorded, presets, today):
+    """Names map through every step after the record's generation, each step once (never rl_mujoco_hopper ->
+    rl_hopper -> rl_hopper_rlzoo); `++experiment=` keeps its spelling, a name no step renames its quotes."""
+    from zoo.core.presets import recorded_overrides
+
+    record = {"overrides": [f"experiment={recorded}", f"++experiment='{recorded}'", "seed=1"], "presets": presets}
+    kept = f"++experiment='{recorded}'" if today == recorded else f"++experiment={today}"
+    assert recorded_overrides(record) == [f"experiment={today}", kept, "seed=1"]
+
+
 def test_new_records_carry_the_generation(tmp_path):
     from omegaconf import OmegaConf
 

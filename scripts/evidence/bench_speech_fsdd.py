@@ -4,8 +4,8 @@
 
 For each held-out speaker: manifests go to a temp folder (never into the repo); the training speakers' files with
 index 0-4 (FSDD's own test split) are the validation set, so model selection never sees the held-out speaker.
-Training runs through `python -m zoo train experiment=speech_fsdd`, then `python -m zoo predict` transcribes every
-file of the held-out speaker; word accuracy = exact matches of the transcript with the spoken digit's name.
+Training runs through `python -m zoo train experiment=speech_fsdd_manifests`, then `python -m zoo predict` transcribes
+every file of the held-out speaker; word accuracy = exact matches of the transcript with the spoken digit's name.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run_fold(data: Path, speaker: str, extra: list[str], env: dict, mix: list[di
         if lexicon:  # flashlight beam search restricted to the ten digit words
             (m / "digits.lex").write_text("".join(f"{w}\t{' '.join(w)} |\n" for w in NAMES))
             decode = ["predict.decoder=beam", f"predict.lexicon={m / 'digits.lex'}"]
-        cmd = [*ZOO, "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
+        cmd = [*ZOO, "train", "experiment=speech_fsdd_manifests", "trainer.enable_progress_bar=false",
                f"task.data.train_manifest={m / 'train.jsonl'}", f"task.data.val_manifest={m / 'val.jsonl'}",
                f"task.data.test_manifest={m / 'test.jsonl'}", *extra]
         trained = run(cmd, env=env, timeout=30 * 60).check(f"training for {speaker}")

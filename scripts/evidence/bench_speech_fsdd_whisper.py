@@ -1,9 +1,9 @@
-"""Benchmark: FSDD leave-one-speaker-out with `experiment=speech_fsdd_whisper` (Whisper tiny.en's encoder + CTC).
+"""Benchmark: FSDD leave-one-speaker-out with `experiment=speech_fsdd` (Whisper tiny.en's encoder + CTC).
 
     python scripts/evidence/bench_speech_fsdd_whisper.py [--data ../shared/data/fsdd] [--speakers george,...]
         [overrides ...]
 
-Per held-out speaker, one fold at a time: `python -m zoo train experiment=speech_fsdd_whisper
+Per held-out speaker, one fold at a time: `python -m zoo train experiment=speech_fsdd
 task.data.holdout_speaker=<name>` (its test/acc: lexicon beam search over the ten digit words), then
 `python -m zoo predict` of the best checkpoint with greedy decoding on every file of that speaker (word accuracy =
 exact matches with the spoken digit's name). Prints one JSON line per fold (wall seconds start to end, the load) and
@@ -28,7 +28,7 @@ NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 
 def run_fold(data: Path, speaker: str, extra: list[str], env: dict) -> dict:
     start, load = time.time(), load1()
-    cmd = [*ZOO, "train", "experiment=speech_fsdd_whisper", "trainer.enable_progress_bar=false",
+    cmd = [*ZOO, "train", "experiment=speech_fsdd", "trainer.enable_progress_bar=false",
            f"task.data.root={data}", f"task.data.holdout_speaker={speaker}", *extra]
     trained = run(cmd, env=env, timeout=30 * 60).check(f"training for {speaker}")
     best, metrics = trained.printed("best checkpoint"), trained.metrics()
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--forward", action="store_true", help="only time the encoder forward on a 1 s utterance")
     args, extra = ap.parse_known_args()
     if args.forward:
-        preset = yaml.safe_load((ROOT / "configs" / "experiment" / "speech_fsdd_whisper.yaml").read_text())
+        preset = yaml.safe_load((ROOT / "configs" / "experiment" / "speech_fsdd.yaml").read_text())
         silence = {k: v for k, v in preset["task"]["module"]["model"].items() if k.startswith("silence_")}
         for model in (None, silence):  # the bare encoder, then with the preset's silence before and after
             wall, cpu = forward_ms(model=model)

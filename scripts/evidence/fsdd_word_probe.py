@@ -5,7 +5,7 @@
 The zoo's own front end and augmentation (speech.features.LogMel with VTLP/pitch, speech.augment.WaveAugment, speed
 perturbation, SpecAugment) feed the zoo's Conv2d subsampling + a 2-layer BiLSTM (bilstm_small's encoder) pooled by
 attention into 10 classes, trained with cross-entropy in a plain loop (no Lightning, one thread). Splits as
-`experiment=speech_fsdd_loso`: test = every file of the held-out speaker, val = the others' index 0-4. It answers
+`experiment=speech_fsdd_scratch`: test = every file of the held-out speaker, val = the others' index 0-4. It answers
 "does this change help an unseen speaker?" quickly (15 epochs of FSDD alone: about 70 s); what it finds is then
 measured with the real preset (docs/speech.md). Run it by path, like the other evidence scripts. Prints val and
 held-out accuracy per epoch and the last epoch's confusion matrix.

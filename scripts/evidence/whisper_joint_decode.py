@@ -1,4 +1,4 @@
-"""Probe: a speech_fsdd_whisper fold's CTC word scores, Whisper tiny.en's own decoder scores, and their sum.
+"""Probe: a speech_fsdd fold's CTC word scores, Whisper tiny.en's own decoder scores, and their sum.
 
     python scripts/evidence/whisper_joint_decode.py --ckpt <fold's best.ckpt> [--data ../shared/data/fsdd]
 
@@ -40,7 +40,7 @@ WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ckpt", required=True, help="an experiment=speech_fsdd_whisper fold's checkpoint")
+    ap.add_argument("--ckpt", required=True, help="an experiment=speech_fsdd fold's checkpoint")
     ap.add_argument("--data", default=str(SHARED / "fsdd"))
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -9,7 +9,7 @@ The packaged encoder (speech.models.whisper, the zoo's own forward and front end
 logistic regression (standardised inputs, C=0.5) trained on three speakers classifies the fourth's 500 files
 (leave-one-speaker-out). Prints one line per layer (0: the conv stem; the last layer through the final norm) with
 each speaker's accuracy and the mean. A probe of the features, not the product: the product is the CTC recipe
-(`experiment=speech_fsdd_whisper`, docs/speech.md). `--ckpt`: the encoder of an `experiment=speech_fsdd_whisper`
+(`experiment=speech_fsdd`, docs/speech.md). `--ckpt`: the encoder of an `experiment=speech_fsdd`
 fold's checkpoint instead (fine-tuned on the other three speakers, with its own silence before and after), probed on
 that fold's held-out speaker only: does the fine-tuned encoder still separate that speaker's digits, or does the
 CTC head lose what the encoder holds?
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--lead", type=float, default=0.0, help="seconds of silence before each clip")
     ap.add_argument("--tail", type=float, default=0.0, help="seconds of silence after each clip")
     ap.add_argument("--pad-to", type=float, default=0.0, help="pad each clip with silence to this many seconds")
-    ap.add_argument("--ckpt", help="a speech_fsdd_whisper fold's checkpoint: its encoder, its held-out speaker")
+    ap.add_argument("--ckpt", help="a speech_fsdd fold's checkpoint: its encoder, its held-out speaker")
     args = ap.parse_args()
     torch.set_num_threads(1)
     files = sorted(Path(args.data).glob("*_*_*.wav"))

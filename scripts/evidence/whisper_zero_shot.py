@@ -10,7 +10,7 @@ digit words in six spellings (" six", " Six", " Six.", " 6", " 6.", " six.") aft
 <|startoftranscript|><|notimestamps|>, end-of-text included; the best-scoring spelling's digit is the answer:
 zero-shot word accuracy with a closed vocabulary, what the pretrained model brings before the zoo trains anything.
 Prints each speaker's accuracy, its confusions and the wall time. A probe, not the product
-(`experiment=speech_fsdd_whisper`, docs/speech.md).
+(`experiment=speech_fsdd`, docs/speech.md).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def spelling_scores(model, enc: torch.Tensor, ids: torch.Tensor, mask: torch.Ten
 
 
 def held_out_speakers(ckpt: str) -> list[str]:
-    """The held-out speaker(s) of an experiment=speech_fsdd_whisper fold's checkpoint (read memory-mapped)."""
+    """The held-out speaker(s) of an experiment=speech_fsdd fold's checkpoint (read memory-mapped)."""
     held = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["zoo"]["config"]["task"]["data"][
         "holdout_speaker"]
     return [held] if isinstance(held, str) else list(held)
@@ -141,7 +141,7 @@ def main() -> None:
     ap.add_argument("--takes", type=int, default=5, help="takes 0 .. N-1 of each digit (FSDD's test split: 5)")
     ap.add_argument("--silence", type=float, default=None,
                     help="instead of 30 s padding: the zoo's encoder at the clip's length with this many seconds of "
-                         "silence before and after it (as experiment=speech_fsdd_whisper reads it)")
+                         "silence before and after it (as experiment=speech_fsdd reads it)")
     args = ap.parse_args()
     from transformers import WhisperFeatureExtractor
 

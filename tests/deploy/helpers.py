@@ -81,7 +81,7 @@ def speech_ckpt(root: Path) -> Path:
     m = CTCRecognizer(arch="bilstm_small", sample_rate=8000, n_mels=16, model={"hidden": 16, "layers": 1},
                       **data.model_kwargs())
     return save_checkpoint(m, root, "speech/ctc", [
-        "experiment=speech_fsdd", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
+        "experiment=speech_fsdd_manifests", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
         "task.data.batch_size=4", "task.data.chars='one two'", f"task.data.train_manifest={root}/train.jsonl",
         f"task.data.val_manifest={root}/val.jsonl"])
 

@@ -21,14 +21,15 @@ pytest.importorskip("mujoco")
 # rl-baselines3-zoo's hyperparams/ppo.yml (Hopper-v4, HalfCheetah-v4, Walker2d-v4 entries), as SB3 names them.
 RL_ZOO = {
     "rl_hopper_rlzoo": dict(env="Hopper-v5", batch_size=32, n_epochs=5, gamma=0.999, gae_lambda=0.99, clip_range=0.2,
-                      ent_coef=0.00229519, vf_coef=0.835671, max_grad_norm=0.7, learning_rate=9.80828e-05,
-                      net=[256, 256], act="relu", ortho=False, log_std=-2.0),
+                            ent_coef=0.00229519, vf_coef=0.835671, max_grad_norm=0.7, learning_rate=9.80828e-05,
+                            net=[256, 256], act="relu", ortho=False, log_std=-2.0),
     "rl_halfcheetah_rlzoo": dict(env="HalfCheetah-v5", batch_size=64, n_epochs=20, gamma=0.98, gae_lambda=0.92,
-                           clip_range=0.1, ent_coef=0.000401762, vf_coef=0.58096, max_grad_norm=0.8,
-                           learning_rate=2.0633e-05, net=[256, 256], act="relu", ortho=False, log_std=-2.0),
-    "rl_walker2d_rlzoo": dict(env="Walker2d-v5", batch_size=32, n_epochs=20, gamma=0.99, gae_lambda=0.95, clip_range=0.1,
-                        ent_coef=0.000585045, vf_coef=0.871923, max_grad_norm=1.0, learning_rate=5.05041e-05,
-                        net=[64, 64], act="tanh", ortho=True, log_std=0.0),  # no policy_kwargs: SB3's defaults
+                                 clip_range=0.1, ent_coef=0.000401762, vf_coef=0.58096, max_grad_norm=0.8,
+                                 learning_rate=2.0633e-05, net=[256, 256], act="relu", ortho=False, log_std=-2.0),
+    "rl_walker2d_rlzoo": dict(env="Walker2d-v5", batch_size=32, n_epochs=20, gamma=0.99, gae_lambda=0.95,
+                              clip_range=0.1, ent_coef=0.000585045, vf_coef=0.871923, max_grad_norm=1.0,
+                              learning_rate=5.05041e-05, net=[64, 64], act="tanh", ortho=True,
+                              log_std=0.0),  # no policy_kwargs: SB3's defaults
 }
 TINY = ["task.module.num_steps=64", "task.module.num_minibatches=2", "task.module.total_timesteps=1024"]
 

@@ -121,8 +121,8 @@ def test_bad_values_are_one_line(source, tmp_path):
 
 
 def test_a_whisper_checkpoint_in_a_log_mel_run_names_the_whisper_preset(tmp_path):
-    """The default task's checkpoints are Whisper's: speech_finetune (a log-Mel recipe) points to the preset that
-    takes them, with the BiGRU head the checkpoint has."""
+    """The default task's checkpoints are Whisper's: speech_scratch_finetune (a log-Mel recipe) points to the preset
+    that takes them, with the BiGRU head the checkpoint has."""
     whisper = CTCRecognizer(vocab=[BLANK, " ", "a"], arch="whisper", pretrained=False,
                             model={"d_model": 16, "layers": 1, "heads": 2, "ffn": 32, "rnn_head": 8})
     path = save(whisper, tmp_path / "w.ckpt")

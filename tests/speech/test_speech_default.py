@@ -15,8 +15,8 @@ from speech.vocab import BLANK
 from zoo.testing import compose
 
 DEFAULT = "task=speech/ctc"
-SCRATCH_PRESETS = ("speech_synth_scratch", "speech_fsdd", "speech_fsdd_loso", "speech_finetune", "speech_librispeech",
-                   "speech_wav2vec2", "speech_wav2vec2_finetune")
+SCRATCH_PRESETS = ("speech_synth_scratch", "speech_fsdd_manifests", "speech_fsdd_scratch", "speech_scratch_finetune",
+                   "speech_librispeech", "speech_librispeech_wav2vec2", "speech_wav2vec2_finetune")
 
 
 def test_the_scratch_recipe_keeps_the_default_task_and_changes_only_the_model():

@@ -14,7 +14,7 @@ from zoo.testing import SIGTERM_AT, TINY, run_dirs
 
 pytestmark = pytest.mark.slow
 ENV = {"OMP_NUM_THREADS": "1"}  # tiny models: one thread is fastest on a shared 2-core machine
-FAST = [*TINY, "experiment=speech_fsdd", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
+FAST = [*TINY, "experiment=speech_fsdd_manifests", "task.module.model={hidden: 16, layers: 1}", "task.module.n_mels=16",
         "task.data.batch_size=4", "task.data.chars='one two'", "logger=csv"]
 
 

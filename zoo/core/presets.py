@@ -17,7 +17,7 @@ from typing import Any
 from zoo.core.overrides import override_key, unquote
 
 # The presets' generation that new checkpoints and run records carry: add a step to RENAMES, then raise this to it.
-GENERATION = 1
+GENERATION = 2
 
 # generation -> {name before that step: name after it}. One step maps all of its names at once, never one after
 # another: in step 1 `rl_hopper` became `rl_hopper_rlzoo` while `rl_mujoco_hopper` became `rl_hopper`.
@@ -26,6 +26,13 @@ RENAMES: dict[int, dict[str, str]] = {
         "rl_hopper": "rl_hopper_rlzoo",
         "rl_walker2d": "rl_walker2d_rlzoo",
         "rl_mujoco_hopper": "rl_hopper",
+    },
+    2: {
+        "speech_fsdd_whisper": "speech_fsdd",
+        "speech_fsdd": "speech_fsdd_manifests",
+        "speech_fsdd_loso": "speech_fsdd_scratch",
+        "speech_finetune": "speech_scratch_finetune",
+        "speech_wav2vec2": "speech_librispeech_wav2vec2",
     },
 }
 
