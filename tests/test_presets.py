@@ -179,3 +179,36 @@ def test_an_old_hopper_checkpoint_resumes_tests_and_predicts_through_the_cli(run
     assert '"test/return"' in t.stdout
     p = run_zoo("predict", f"ckpt_path={last}", "predict.episodes=1", "predict.out=", check=True)
     assert '"return"' in p.stdout, p.stdout[-2000:]
+
+
+def test_every_listed_description_is_one_finished_sentence(tmp_path, monkeypatch):
+    """`zoo list` cut descriptions at the first line's end, some on ':'. Now: the first sentence, however many comment
+    lines it spans, never past a command example; a comment with no full stop ends without its colon."""
+    from zoo.core.config import describe, options
+
+    for group in ("task", "experiment"):
+        for name in options(group):
+            text = describe(group, name)
+            assert text.endswith(".") and len(text) < 200, (name, text)  # a sentence, not a paragraph
+    (tmp_path / "experiment").mkdir()
+    files = {"two_lines": "# A recipe (Radford et al. 2015) that\n# goes on. A second sentence.\nseed: 1\n",
+             "colon": "# @package _global_\n# Fine-tune on your own data:\n#   python -m zoo train experiment=colon\n",
+             "bare": "# No full stop (e.g. this one)\n\n# a later comment.\n"}
+    for name, text in files.items():
+        (tmp_path / "experiment" / f"{name}.yaml").write_text(text)
+    monkeypatch.setenv("ZOO_CONFIG_PATH", str(tmp_path))
+    assert describe("experiment", "two_lines") == "A recipe (Radford et al. 2015) that goes on."
+    assert describe("experiment", "colon") == "Fine-tune on your own data."
+    assert describe("experiment", "bare") == "No full stop (e.g. this one)."
+
+
+def test_zoo_list_marks_each_familys_recommended_preset(capsys):
+    from zoo.core.config import options
+    from zoo.core.presets import RECOMMENDED
+    from zoo.verbs.listing import main
+
+    main([])
+    lines = capsys.readouterr().out.splitlines()
+    marked = {line.split()[1] for line in lines if line.startswith("* ")}
+    assert marked == set(RECOMMENDED.values()) and marked <= set(options("experiment"))
+    assert all(name.startswith(f"{family}_") for family, name in RECOMMENDED.items())

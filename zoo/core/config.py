@@ -120,11 +120,33 @@ def options(group: str) -> list[str]:
 
 
 def describe(group: str, name: str) -> str:
-    """The first comment line of a config file: its one-line description."""
+    """A config file's description: the first sentence of its opening comment (what `zoo list` shows). The sentence
+    may run over several comment lines; a command example (`#   python ...`) or the first key ends the search, and a
+    comment that never ends its sentence gets its full stop, so that no description stops mid-way (on ':')."""
+    text = ""
     for line in config_file(group, name).read_text().splitlines():
-        if line.startswith("#") and "@package" not in line:
-            return line.lstrip("# ").strip()
-    return ""
+        if "@package" in line:
+            continue
+        if not line.startswith("#") or line.startswith("#  ") or not line.strip("# "):
+            break
+        text = f"{text} {line.lstrip('# ').strip()}".strip()
+        if (end := _sentence_end(text)) is not None:
+            return text[:end]
+    return text.rstrip(":;, ") + "." if text else ""
+
+
+def _sentence_end(text: str) -> int | None:
+    """Where the first sentence of `text` ends (after its full stop), or None while it goes on: a full stop at the
+    end or before a space, not one of an abbreviation (`et al.`, `e.g.`) or inside brackets."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += {"(": 1, ")": -1, "[": 1, "]": -1}.get(c, 0)
+        if c != "." or depth > 0 or (i + 1 < len(text) and text[i + 1] != " "):
+            continue
+        word = text[:i].rsplit(" ", 1)[-1]
+        if word not in ("al", "e.g", "i.e", "cf", "vs"):
+            return i + 1
+    return None
 
 
 def compose(overrides: list[str], config_name: str = "train", *, with_hydra: bool = False):  # noqa: ANN201

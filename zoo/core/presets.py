@@ -37,6 +37,11 @@ RENAMES: dict[int, dict[str, str]] = {
 }
 
 
+# The preset `zoo list` marks as each family's recommended start: its best measured recipe for the commonest job.
+# gan has none: no gan preset was measured here, the default task (task=gan/dcgan) was.
+RECOMMENDED = {"vision": "vision_imagefolder", "nlp": "nlp_cr", "rl": "rl_hopper", "speech": "speech_fsdd"}
+
+
 def recorded_overrides(record: Mapping[str, Any]) -> list[str]:
     """A checkpoint's or run record's overrides (its `overrides`, written at generation `presets`) in today's names."""
     overrides = [str(o) for o in record.get("overrides") or []]

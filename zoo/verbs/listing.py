@@ -7,15 +7,19 @@ from zoo.errors import ZooError
 
 def main(rest: list[str]) -> None:
     from zoo.core.config import options
+    from zoo.core.presets import RECOMMENDED
 
     if rest:
         return _list_task(rest[0])
+    tasks, presets = options("task"), options("experiment")
+    width = max(map(len, [*tasks, *presets])) + 2
     print("tasks (task=...):")
-    for name in options("task"):
-        print(f"  {name:<22} {_described('task', name)}")
-    print("experiment presets (experiment=...):")
-    for name in options("experiment"):
-        print(f"  {name:<22} {_described('experiment', name)}")
+    for name in tasks:
+        print(f"  {name:<{width}} {_described('task', name)}")
+    print("experiment presets (experiment=...; * marks the recommended one of each family, docs/usage.md):")
+    for name in presets:
+        mark = "*" if name in RECOMMENDED.values() else " "
+        print(f"{mark} {name:<{width}} {_described('experiment', name)}")
     print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
     print("searches (-m hparams_search=...): " + ", ".join(options("hparams_search")))
     print("launchers (hydra/launcher=...): " + ", ".join(n for n in options("hydra/launcher")))
