@@ -12,11 +12,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
+
+from zoo.core import owned
 
 log = logging.getLogger(__name__)
 
@@ -84,41 +86,46 @@ def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, 
     out = Path(os.path.expanduser(str(root))) / f"synth-{key}"
     if (out / "done").exists():
         return out
+    from speech.espeak import ESpeak
+
+    engine = ESpeak.get()
+    tmp = owned.temp_dir(out.parent, prefix=f".{out.name}.")
+    log.info("synthesising the eSpeak NG corpus into %s (once)", out)
+    try:
+        for split in spec["splits"]:
+            _synth_split(engine, tmp, split, sample_rate, max_words, snr_db)
+        (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
+        (tmp / "done").touch()
+        tmp.rename(out)
+    except BaseException:  # stopped, or another process finished first (its copy is used): no half corpus left
+        owned.remove(tmp)
+        if not (out / "done").exists():
+            raise
+    return out
+
+
+def _synth_split(engine: Any, tmp: Path, split: dict, sample_rate: int, max_words: int, snr_db: Any) -> None:
     from math import gcd
 
     from scipy.signal import resample_poly  # 8x faster than torchaudio's conv1d resampler for 22.05 -> 16 kHz
 
-    from speech.espeak import ESpeak
-
-    engine = ESpeak.get()
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    log.info("synthesising the eSpeak NG corpus into %s (once)", out)
-    for split in spec["splits"]:
-        rng = np.random.default_rng(split["seed"])
-        (tmp / split["name"]).mkdir(parents=True)
-        with open(tmp / f"{split['name']}.jsonl", "w") as f:
-            for i in range(split["num"]):
-                text = random_text(rng, max_words)
-                variant = split["variants"][i % len(split["variants"])]
-                voice = f"{ACCENTS[int(rng.integers(len(ACCENTS)))]}+{variant}"
-                wave = engine.synth(text, voice, rate=int(rng.integers(120, 231)), pitch=int(rng.integers(20, 81)),
-                                    pitch_range=int(rng.integers(20, 81)))
-                g = gcd(engine.sample_rate, sample_rate)
-                wave = resample_poly(wave, sample_rate // g, engine.sample_rate // g).astype(np.float32)
-                wave = _augment(wave, rng, sample_rate, snr_db)
-                path = tmp / split["name"] / f"{i:05d}.wav"
-                sf.write(path, wave, sample_rate, subtype="PCM_16")
-                row = {"audio_filepath": f"{split['name']}/{i:05d}.wav", "duration": round(len(wave) / sample_rate, 3),
-                       "text": text, "voice": voice}
-                f.write(json.dumps(row) + "\n")
-    (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
-    (tmp / "done").touch()
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first: use its copy
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    rng = np.random.default_rng(split["seed"])
+    (tmp / split["name"]).mkdir(parents=True)
+    with open(tmp / f"{split['name']}.jsonl", "w") as f:
+        for i in range(split["num"]):
+            text = random_text(rng, max_words)
+            variant = split["variants"][i % len(split["variants"])]
+            voice = f"{ACCENTS[int(rng.integers(len(ACCENTS)))]}+{variant}"
+            wave = engine.synth(text, voice, rate=int(rng.integers(120, 231)), pitch=int(rng.integers(20, 81)),
+                                pitch_range=int(rng.integers(20, 81)))
+            g = gcd(engine.sample_rate, sample_rate)
+            wave = resample_poly(wave, sample_rate // g, engine.sample_rate // g).astype(np.float32)
+            wave = _augment(wave, rng, sample_rate, snr_db)
+            path = tmp / split["name"] / f"{i:05d}.wav"
+            sf.write(path, wave, sample_rate, subtype="PCM_16")
+            row = {"audio_filepath": f"{split['name']}/{i:05d}.wav", "duration": round(len(wave) / sample_rate, 3),
+                   "text": text, "voice": voice}
+            f.write(json.dumps(row) + "\n")
 
 
 def mix_corpus(source: str | bool | dict, sample_rate: int) -> Path:

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
+from zoo.core import owned
 from zoo.errors import ZooError
 
 log = logging.getLogger("zoo")
@@ -28,16 +28,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        owned.make_dirs(path.parent)
+        fd, tmp = owned.temp_file(path.parent, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as f:
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            owned.created(path)  # written whole by this process: Lightning's top-k may replace it later
         except BaseException as e:
-            Path(tmp).unlink(missing_ok=True)
+            owned.remove(tmp)
             if disk_full(e):
                 raise ZooError(disk_full_message(path, checkpoint)) from None
             raise
@@ -49,6 +50,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return load_checkpoint(path, map_location=map_location or "cpu")
+
+    def remove_checkpoint(self, path: str | Path) -> None:
+        """Lightning's top-k replacing a worse checkpoint: only one this run wrote or took over on resume."""
+        owned.remove(path, prune=False)
 
 
 def disk_full(e: BaseException) -> bool:
@@ -125,6 +130,12 @@ class ZooMetadata(Callback):
             meta["pretrained"] = hp["pretrained"]
             hp["pretrained"] = False
         checkpoint["zoo"] = meta
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        # runs before any callback loads its state: the best checkpoints' paths follow a moved run folder
+        from zoo.core.relocate import relocate_states
+
+        relocate_states(trainer, checkpoint)
 
 
 def write_env(run_dir: Path, env: dict) -> Path:

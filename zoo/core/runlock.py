@@ -14,11 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from zoo.core import owned
 from zoo.errors import ZooError
 
 LOCK = ".zoo.lock"
 _held: dict[Path, int] = {}  # run dir -> the open, flock'ed lock file
-_made: dict[Path, list[Path]] = {}  # run dir -> the folders this process created for it (it and new parents)
 
 
 def claim(run_dir: Path, resuming: bool) -> None:
@@ -59,7 +59,7 @@ def remove_stale_temps(run_dir: Path) -> list[Path]:
     for p in found:
         try:
             size += p.stat().st_size
-            p.unlink()
+            owned.remove_partial(p)
         except OSError:
             pass
     if found:
@@ -87,10 +87,7 @@ def _lock(run_dir: Path) -> int | None:
     """The open lock file, flock'ed, with this pid inside; None when a live process holds it."""
     import fcntl
 
-    if not run_dir.is_dir():
-        new = [run_dir, *[p for p in run_dir.parents if not p.exists()]]  # deepest first
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _made[run_dir] = new
+    owned.make_dirs(run_dir)  # a folder that was there keeps all it held: only what this process adds can go
     path = run_dir / LOCK
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -108,6 +105,7 @@ def _lock(run_dir: Path) -> int | None:
         if same:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
+            owned.adopt(path)  # written anew by this process (a dead holder's file is taken over)
             return fd
         os.close(fd)
 
@@ -147,32 +145,19 @@ def release_all() -> None:
 
 
 def discard_new_folders() -> None:
-    """Remove the folders this process made to hold them and that hold no checkpoint (a stop before the run saved
-    anything: only Hydra's `.hydra/` and an empty log are there)."""
-    import shutil
-
-    for run_dir in list(_made):
-        if run_dir.is_dir() and not any(run_dir.rglob("*.ckpt")):
-            shutil.rmtree(run_dir, ignore_errors=True)
-            _remove_empty(_made[run_dir][1:])
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    for folder in folders:  # deepest first; a folder another run put something in stays
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+    """A stop before the run saved anything: remove what this process made for the folders it holds (only Hydra's
+    `.hydra/` and an empty log are there); a folder that was there before keeps everything it held."""
+    for run_dir in list(_held):
+        if not checkpoints(run_dir) and not any(run_dir.glob("*/checkpoints/*.ckpt")):  # a sweep's trials too
+            owned.remove(run_dir)
 
 
 def _release(run_dir: Path, fd: int) -> None:
     try:
-        (run_dir / LOCK).unlink(missing_ok=True)
+        owned.remove(run_dir / LOCK)  # and the folders made for it, when that leaves them empty
     except OSError:
         pass
     os.close(fd)
-    if run_dir in _made:  # only when empty: a run that stopped before Hydra wrote anything
-        _remove_empty(_made[run_dir])
 
 
 def claim_for(cfg: Any, multirun: bool, overrides: list[str]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from zoo.core import owned
 from zoo.core.build import build_callbacks_and_loggers, build_checked_data, has_test_data, load_module, start
 from zoo.core.naming import output_root
 from zoo.core.overrides import override_key, override_value, unquote
@@ -80,33 +81,23 @@ def test(cfg: DictConfig, ckpt_path: str) -> dict:
     callbacks, loggers = build_callbacks_and_loggers(cfg, [])
     callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
     trainer = build_trainer(cfg, callbacks, loggers)
+    if trainer.is_global_zero:
+        owned.make_dirs(cfg.run_dir)  # this test's folder, made here so that a stopped test can take it back
     try:
         results = lightning_call(trainer, trainer.test, prepare_module(module, cfg.trainer), datamodule=datamodule)
     except BaseException as e:
-        if stopped_by(e) and trainer.is_global_zero:  # a stopped test's partial logs are no record of anything
-            remove_stopped_evaluation(Path(cfg.run_dir))
+        if (stopped_by(e) or isinstance(e, ZooError)) and trainer.is_global_zero:
+            import logging
+
+            logging.shutdown()
+            owned.remove(cfg.run_dir)  # a stopped test's partial logs are no record of anything; never the run's
         raise
     metrics = results[0] if results else {}
+    if trainer.is_global_zero and not any(Path(cfg.run_dir).iterdir()):
+        owned.remove(cfg.run_dir)  # nothing logged there (logger=none)
     if trainer.is_global_zero:
         print(json.dumps({"checkpoint": str(ckpt_path), **scalars(metrics)}), flush=True)
     return metrics
-
-
-def remove_stopped_evaluation(folder: Path) -> None:
-    """The folder a stopped `zoo test` made for its logs (`<run>/test/<date>`, or `outputs/<task>/test_<date>`),
-    and `<run>/test/` when that leaves it empty; never the run itself."""
-    import logging
-    import shutil
-
-    if not (folder.parent.name == "test" or folder.name.startswith("test_")) or not folder.is_dir():
-        return
-    logging.shutdown()
-    shutil.rmtree(folder, ignore_errors=True)
-    if folder.parent.name == "test":
-        try:
-            folder.parent.rmdir()
-        except OSError:
-            pass
 
 
 def predict(cfg: DictConfig, ckpt_path: str) -> None:

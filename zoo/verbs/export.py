@@ -21,11 +21,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from zoo.core.resume import checkpoint_argument
 from zoo.errors import ZooError
 from zoo.kit.deploy import Examples, Graph
 from zoo.kit.hooks import find_hooks
+from zoo.verbs.export_out import discard, out_dir, publish, staging_dir, write_manifest
 
 log = logging.getLogger("zoo")
 
@@ -270,44 +268,6 @@ def check_options(opts: dict, deploy: Any, task: str) -> tuple[str, str, str]:
     return fmt, quant, exporter
 
 
-def out_dir(opts: dict, ckpt_path: Path) -> Path:
-    """export.out, else <run dir>/export (the checkpoint's run, or its own folder for a loose .ckpt)."""
-    if opts.get("out"):
-        return Path(str(opts["out"])).expanduser().resolve()
-    ckpt_path = ckpt_path.resolve()
-    run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
-    return run / "export"
-
-
-def staging_dir(out: Path) -> Path:
-    """A temp folder beside `out` (same file system, so the final rename is atomic); fails early, in one line."""
-    if out.exists() and not out.is_dir():
-        raise ZooError(f"export.out={out} is a file; pass a folder path (it is created)")
-    if out.is_dir() and any(out.iterdir()) and not (out / "model.json").is_file():
-        raise ZooError(f"export.out={out} is a folder with other files in it; pass a new or empty folder, or an "
-                       "earlier export's folder (it is replaced)")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as e:
-        raise ZooError(f"cannot write the export to {out} ({e.strerror or e}); pass a writable export.out=<folder>") \
-            from None
-
-
-def publish(tmp: Path, out: Path) -> None:
-    """Rename the finished temp folder into place; an earlier export there is replaced only now."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the export is an ordinary folder
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
     """The whole verb once the config is composed; returns the export folder."""
     import torch
@@ -320,12 +280,18 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
     deploy = hooks.need("deploy", "export")
     fmt, quant, exporter = check_options(opts, deploy, cfg.task.name)
     out = out_dir(opts, Path(ckpt_path))
-    if exporter == "native":  # the task's own format (nlp: a Hugging Face folder); written by the task, no parity run
-        start(cfg)
-        path = deploy.NATIVE[fmt](load_module(cfg, ckpt_path), out)
-        print(f"zoo: exported {cfg.task.name} as {fmt} to {path}", flush=True)
-        return path
     tmp = staging_dir(out)
+    if exporter == "native":  # the task's own format (nlp: a Hugging Face folder); written by the task, no parity run
+        try:
+            start(cfg)
+            deploy.NATIVE[fmt](load_module(cfg, ckpt_path), tmp)
+            write_manifest(tmp, {"task": cfg.task.name, "format": fmt, "checkpoint": checkpoint_record(ckpt_path)})
+            publish(tmp, out)
+        except BaseException:
+            discard(tmp)
+            raise
+        print(f"zoo: exported {cfg.task.name} as {fmt} to {out}", flush=True)
+        return out
     try:
         start(cfg)
         module = load_module(cfg, ckpt_path)
@@ -365,15 +331,19 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
             **deploy.metadata(module, cfg),
             "parity": report,
             "zoo_version": __version__, "torch_version": torch.__version__,
-            "checkpoint": {"path": str(Path(ckpt_path).resolve()), "sha256": sha256(Path(ckpt_path))},
+            "checkpoint": checkpoint_record(ckpt_path),
         }
-        (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
+        meta = write_manifest(tmp, meta)
         publish(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     summarize(out, meta)
     return out
+
+
+def checkpoint_record(ckpt_path: str) -> dict:
+    return {"path": str(Path(ckpt_path).resolve()), "sha256": sha256(Path(ckpt_path))}
 
 
 def summarize(out: Path, meta: dict) -> None:

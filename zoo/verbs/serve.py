@@ -90,10 +90,13 @@ def check_options(opts: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- backends
 def from_export(folder: Path, backend: str | None, threads: int | None) -> tuple[dict, Any, Callable]:
 
-    from zoo.verbs.export import Runner
+    from zoo.verbs.export import FILES, Runner
 
     meta = json.loads((folder / "model.json").read_text())
     fmt = meta["format"]
+    if fmt not in FILES:
+        raise ZooError(f"{folder} holds a {fmt} export, which zoo serve does not run; serve the checkpoint itself "
+                       f"(ckpt_path=<run dir>) or an export.format={' or '.join(FILES)} folder")
     wanted = "onnxruntime" if fmt == "onnx" else "torch"
     if backend not in (None, wanted):
         raise ZooError(f"{folder} holds a {fmt} export, which runs on {wanted}, not serve.backend={backend}; export "

@@ -120,13 +120,13 @@ def _train_job(cfg) -> dict:  # noqa: ANN001 - Hydra passes a DictConfig; the me
         return train(cfg, overrides, resume)
     except ZooError as e:
         if resume is None:
-            remove_failed_run(Path(cfg.run_dir), cfg.task.name)
+            remove_failed_run(Path(cfg.run_dir))
         if in_search:
             raise
         fail(e)
     except (SIGTERMException, KeyboardInterrupt, Stopped) as e:  # a stop asked for, not an error: 143 / 130
         if resume is None:
-            remove_failed_run(Path(cfg.run_dir), cfg.task.name)
+            remove_failed_run(Path(cfg.run_dir))
         stopped(cfg, stopped_by(e) or "SIGTERM", in_search, sweep)
 
 
@@ -141,29 +141,20 @@ def stopped(cfg: DictConfig, how: str, in_search: bool, sweep: str | None = None
     sys.exit(143 if how == "SIGTERM" else 130)
 
 
-def remove_failed_run(run_dir: Path, task_name: str) -> None:
-    """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: remove its
-    folder, and the task's `<domain>/<task>` folders above it where that left them empty, so that `ls outputs/`,
-    TensorBoard and `ckpt_path=last` see only real runs. (Crashes keep theirs: the traceback in cli.log is what a bug
-    report needs.) A parent is removed only where its name is the task's, so a `hydra.run.dir` elsewhere keeps its
-    folders."""
-    import shutil
-
+def remove_failed_run(run_dir: Path) -> None:
+    """A new run that stopped on bad input before saving any checkpoint leaves nothing worth keeping: what this
+    process made for it goes (the folder, and the task's folders above it where that leaves them empty), so that
+    `ls outputs/`, TensorBoard and `ckpt_path=last` see only real runs. A folder that was there before the command
+    keeps everything it held (zoo.core.owned). Crashes keep theirs: the traceback in cli.log is what a bug report
+    needs."""
+    from zoo.core import owned
     from zoo.core.ddp import is_lightning_child, launcher_rank
+    from zoo.core.runlock import checkpoints
 
-    if is_lightning_child() or launcher_rank() != 0 or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+    if is_lightning_child() or launcher_rank() != 0 or not run_dir.is_dir() or checkpoints(run_dir):
         return
-    logging.shutdown()  # close cli.log before its folder goes
-    shutil.rmtree(run_dir, ignore_errors=True)
-    parent = run_dir.parent
-    for part in reversed(task_name.split("/")):
-        if parent.name != part:
-            break
-        try:
-            parent.rmdir()  # only an empty folder: another run of the task keeps it
-        except OSError:
-            break
-        parent = parent.parent
+    logging.shutdown()  # close cli.log before it goes
+    owned.remove(run_dir)
 
 
 def _train_child(config_file: Path) -> None:
