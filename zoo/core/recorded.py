@@ -140,20 +140,52 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
     overrides = [f"task={task}", *carried, *user, *tail]
     try:
         check_overrides(overrides, sweeps=False)
-        return overrides
     except ZooError as e:
-        recorded = (zoo.get("config") or {}).get("task")
-        if not carried or not isinstance(recorded, dict):
-            raise
-        kept = composable(carried, [f"task={task}", *tail])
-        fresh = [f"task={task}", *kept, *user, *tail]
-        check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
-        reason = str(e)
-    pins = recorded_values(recorded, fresh, asked, scope="task")
+        overrides = rebuilt_overrides(zoo, task, carried, user, tail, str(e))
+    check_applied(ckpt, overrides, user)
+    return overrides
+
+
+def rebuilt_overrides(zoo: dict, task: str, carried: list[str], user: list[str], tail: list[str], reason: str) \
+        -> list[str]:
+    """A checkpoint whose own overrides no longer compose: those that do, the recorded task config pinned on top."""
+    from zoo.core.config import check_overrides
+
+    recorded = (zoo.get("config") or {}).get("task")
+    if not carried or not isinstance(recorded, dict):
+        raise ZooError(reason)
+    kept = composable(carried, [f"task={task}", *tail])
+    fresh = [f"task={task}", *kept, *user, *tail]
+    check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
+    pins = recorded_values(recorded, fresh, {override_key(o) for o in user}, scope="task")
     say_rebuilt(reason, len(carried) - len(kept), len(pins))
     overrides = [f"task={task}", *kept, *pins, *user, *tail]
     check_overrides(overrides, sweeps=False)
     return overrides
+
+
+def check_applied(ckpt: dict, overrides: list[str], user: list[str]) -> None:
+    """The evaluating verbs rebuild the model from the checkpoint's hyper-parameters, so a user's override that
+    changes `task.module` (directly, or through an interpolation: `task.env.id` feeds `task.module.env`) would be
+    dropped unless the checkpoint holds that very value: refuse it in one line instead."""
+    from omegaconf import OmegaConf
+
+    from zoo.base import plain
+    from zoo.core.config import compose
+
+    mine = [o for o in user if override_key(o).startswith("task.") or override_key(o) == "experiment"]
+    if not mine:
+        return
+    without = [o for o in overrides if o not in mine]
+    module_of = lambda o: flatten(plain(OmegaConf.select(compose(o), "task.module")) or {})  # noqa: E731
+    asked, base = module_of(overrides), module_of(without)
+    hp = flatten(dict(ckpt.get("hyper_parameters") or {}))
+    for key in sorted(set(asked) | set(base)):
+        if asked.get(key, _ABSENT) != base.get(key, _ABSENT) and hp.get(key, _ABSENT) != asked.get(key, _ABSENT):
+            had = f"task.module.{key}={hydra_literal(hp[key])}" if key in hp else f"no task.module.{key}"
+            raise ZooError(f"{' '.join(mine)}: the trained model keeps its own settings ({had}, as trained), so "
+                           "this override would be dropped; leave it out to evaluate the model as trained, or train "
+                           "from the checkpoint with task.module.pretrained=<ckpt> and the new value")
 
 
 def composable(overrides: list[str], base: list[str]) -> list[str]:
