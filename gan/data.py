@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from zoo.errors import ZooError
-from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.images import IMAGE_EXTENSIONS, WIDE_GREY, check_images, is_image_file, open_image
 from zoo.kit.loaders import auto_workers, loader_options
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ DATASETS: dict[str, tuple[int, list[str]]] = {
     "celeba": (3, []),
     "folder": (3, []),
 }
-GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
+GRAY_MODES = {"1", "L", "LA", *WIDE_GREY}
 IN_MEMORY = {"digits"}  # held as one tensor: a worker process would only add a hop per batch
 
 
@@ -86,11 +86,8 @@ class ImageFiles(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
-
         path, label = self.files[i]
-        with Image.open(path) as im:
-            return self.tf(im.convert(self.mode)), label
+        return self.tf(open_image(path, self.mode)), label
 
 
 class _Relabel(Dataset):

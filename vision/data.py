@@ -19,7 +19,7 @@ from torchvision.transforms import v2
 
 from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
-from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file
+from zoo.kit.images import IMAGE_EXTENSIONS, check_images, is_image_file, open_image
 from zoo.kit.loaders import auto_workers, loader_options
 
 log = logging.getLogger(__name__)
@@ -278,10 +278,9 @@ class CheckedImageFolder(Dataset):
 
 
 def load_image(path: Path, mode: str = "RGB") -> Any:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
-            return im.convert(mode)
+        return open_image(path, mode)
     except (UnidentifiedImageError, OSError) as e:
         raise ZooError(f"cannot read image {path} ({type(e).__name__}); remove or replace the file") from None

@@ -104,10 +104,11 @@ class Handler:
         from PIL import Image, UnidentifiedImageError
 
         from zoo.kit.deploy import BadRequest
+        from zoo.kit.images import convert
 
         try:
             with Image.open(io.BytesIO(body)) as im:
-                image = im.convert(self.mode)
+                image = convert(im, self.mode)
         except (UnidentifiedImageError, OSError, ValueError) as e:
             raise BadRequest(400, f"cannot decode the image ({type(e).__name__}); send a PNG, JPEG or other "
                                   "image file as the request body") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from zoo.errors import ZooError
 
@@ -39,3 +40,31 @@ def check_images(paths: Iterable[Path], where: str) -> None:
         shown = ", ".join(str(p) for p in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise ZooError(f"{len(bad)} unreadable image file(s) under {where} (not an image, truncated or damaged): "
                        f"{shown}; remove or replace them")
+
+
+WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")  # PIL's 16/32-bit integer and float greyscale modes
+
+
+def convert(im: Any, mode: str) -> Any:
+    """`im.convert(mode)` at the image's real values. PIL clips 16-bit (and 32-bit, float) greyscale to 0..255 on the
+    way to "L"/"RGB", so a 16-bit PNG or TIFF became almost white; such an image is scaled to 8 bits first (16-bit:
+    /257, as PIL itself reduces 48/64-bit colour; float: 0..1). 16-bit colour PNGs PIL already reads as RGB(A)."""
+    if im.mode not in WIDE_GREY:
+        return im.convert(mode)
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(im, dtype=np.float64)
+    top = 1.0 if im.mode == "F" and a.size and a.max() <= 1.0 else 255.0 if a.size and a.max() <= 255 else 65535.0
+    if a.size and a.max() > 65535:  # 32-bit values beyond 16 bits: the image's own range
+        top = float(a.max())
+    grey = np.clip(np.rint(a / top * 255.0), 0, 255).astype(np.uint8)
+    return Image.fromarray(grey).convert(mode)
+
+
+def open_image(path: str | Path, mode: str) -> Any:
+    """The image file in `mode` (decoded now, the file closed), at its real values (see `convert`)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return convert(im, mode)
