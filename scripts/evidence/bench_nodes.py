@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from common import ZOO_MODULE, free_port, load1, zoo_env
 
 SMALL_RUN = ["trainer.max_epochs=2", "task.data.image_size=16", "task.module.arch=resnet10t", "test_after_fit=false",
@@ -55,6 +54,8 @@ def main() -> None:
             wall = time.perf_counter() - t0
             run = re.search(r"run dir:\s+(\S+)", out).group(1)
             acc = float(re.search(r"val/acc\s+([\d.]+)", out).group(1))
+            import torch  # here, not at the top: `--help` imports nothing heavy
+
             ck = torch.load(Path(run) / "checkpoints" / "last.ckpt", weights_only=True)
             rows.append(dict(pair=i, setup=name, wall=round(wall, 1), acc=acc, step=ck["global_step"], run=run,
                              load=load1(), codes=[p.returncode for p in procs]))

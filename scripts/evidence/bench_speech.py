@@ -1,6 +1,7 @@
 """Benchmark: the default speech/ctc task (eSpeak NG digits/words, test on held-out voices) on this machine.
 
     python scripts/evidence/bench_speech.py [extra overrides ...]
+    OMP_NUM_THREADS=2 python scripts/evidence/bench_speech.py experiment=speech_synth_scratch   # docs/results/speech.md
 
 Generates the corpus if absent (timed separately), trains through `python -m zoo train task=speech/ctc`,
 and prints wall time and the test CER/WER the run reported on the held-out voices.
@@ -8,6 +9,7 @@ and prints wall time and the test CER/WER the run reported on the held-out voice
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -34,4 +36,6 @@ def main(extra: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("overrides", nargs="*", help="zoo overrides for the training run")
+    main(ap.parse_args().overrides)

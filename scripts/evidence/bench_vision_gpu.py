@@ -9,12 +9,12 @@ plus test accuracy. A second pair runs ResNet-50 at 224 px, where mixed precisio
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
 from common import ROOT, ZOO_MODULE, csv_series, zoo_env
 
 CASES = {
@@ -35,6 +35,8 @@ def run(precision: str, extra: list[str], root: Path) -> tuple[float, float]:
 
 
 def main() -> None:
+    import torch
+
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU here: this benchmark needs one")
     name = torch.cuda.get_device_name(0)
@@ -47,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -14,9 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from common import free_port, zoo_env
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 STEPS = 40
 
@@ -53,6 +51,9 @@ def main() -> None:
     outs = [a.communicate(timeout=600)[0] for a in agents]
     wall = time.time() - t0
     resumed = sorted({int(m) for m in re.findall(r"continuing from .*?step (\d+)\)", "".join(outs))})
+    import torch  # here, not at the top: `--help` imports nothing heavy
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     events = sorted((run / "tensorboard").rglob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
     first = EventAccumulator(str(events[0]))
     first.Reload()

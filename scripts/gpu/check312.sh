@@ -3,6 +3,7 @@
 # (`pip install --no-index --no-deps --target`), with stand-ins for what the GPU image provides them (numpy, PyYAML,
 # packaging, typing-extensions: downloaded once into ~/.cache/zoo/gpu-standins, never carried).
 #   scripts/gpu/check312.sh [python3.12]      (part of scripts/gpu/gpu_bench.sh --dry-run)
+case "${1:-}" in -h|--help) sed -n '2,/^case /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;; esac
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY312=${1:-}

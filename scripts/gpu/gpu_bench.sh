@@ -21,6 +21,7 @@
 # fine-tuning; the main job (`zoo train task=vision/resnet`) start to end; then the GPU GAN preset, eager and with
 # CUDA graphs. The estimates (seconds) are guesses until a first run replaces them with its phase table's times.
 # NOT YET RUN ON A GPU: written and checked with --dry-run / --dry only.
+case "${1:-}" in -h|--help) sed -n '2,/^case /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;; esac
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

@@ -6,6 +6,7 @@
 #   scripts/gpu/gpu_check.sh --dry-run    here: the wheels, Python 3.12 and the imports, as gpu_bench.sh --dry-run
 #   scripts/gpu/gpu_check.sh              there, with carry [".whl"]
 # NOT YET RUN ON A GPU: written and checked with --dry-run only.
+case "${1:-}" in -h|--help) sed -n '2,/^case /p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;; esac
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"

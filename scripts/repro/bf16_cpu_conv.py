@@ -11,13 +11,13 @@ replaying the captured tensors in the same process gives the right answer.
 
 from __future__ import annotations
 
-import sys
-
-import timm
-import torch
+import argparse
 
 
 def main(size: int) -> None:
+    import timm
+    import torch
+
     torch.manual_seed(0)
     model = timm.create_model("resnet10t", num_classes=4)
     conv, seen = model.layer4[0].conv1, {}
@@ -43,4 +43,6 @@ def main(size: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 16)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("size", nargs="?", type=int, default=16, help="image size in pixels (16: the bug, 32: fine)")
+    main(ap.parse_args().size)
