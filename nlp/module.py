@@ -19,7 +19,7 @@ from omegaconf import DictConfig, ListConfig
 
 from nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
 from nlp.metrics import make_metrics
-from nlp.models import load_classifier, load_config, load_tokenizer, param_groups
+from nlp.models import freeze, load_classifier, load_config, load_tokenizer, param_groups
 from zoo.base import plain
 from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
@@ -34,7 +34,8 @@ class SequenceClassifier(pl.LightningModule):
     def __init__(self, encoder: str = "sentence-transformers/all-MiniLM-L6-v2", pretrained: bool | str = "auto",
                  label_names: list[str] | None = None, task_type: str = "classification",
                  metrics: list[str] | None = None, weight_decay: float = 0.01, layer_decay: float = 1.0,
-                 classifier_dropout: float | None = None, worst_k: int = 10, export_hf: bool = True,
+                 freeze_embeddings: bool = False, freeze_layers: int = 0, classifier_dropout: float | None = None,
+                 worst_k: int = 10, export_hf: bool = True,
                  encoder_config: dict | None = None, optimizer: Any = None, scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -71,6 +72,7 @@ class SequenceClassifier(pl.LightningModule):
             self.model = AutoModelForSequenceClassification.from_config(config)
             self.tokenizer = None
         self.model.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
+        self._freeze(freeze_embeddings, freeze_layers)
         names = list(metrics or (["acc"] if task_type == "classification" else ["pearson", "spearman"]))
         self.metric_names = names
         self.val_metrics = make_metrics(names, task_type, self.num_labels)
@@ -97,6 +99,21 @@ class SequenceClassifier(pl.LightningModule):
         elif where != "random init":
             self.pretrained_report = pt.announce(pt.info_report(self.model, info, where))
         return config, kind
+
+    def _num_layers(self) -> int:
+        config = self.model.config
+        return int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", 0))
+
+    def _freeze(self, embeddings: bool, layers: int) -> None:
+        layers = int(layers)
+        total = self._num_layers()
+        if not 0 <= layers <= total:
+            raise ZooError(f"task.module.freeze_layers={layers} is outside 0..{total} (this encoder has {total} "
+                           "layers)")
+        frozen = freeze(self.model, bool(embeddings), layers, total)
+        if frozen:
+            what = f"embeddings and the bottom {layers} of {total} layers" if layers else "embeddings"
+            log.info("frozen: the %s (%.1f M parameters); the rest trains", what, frozen / 1e6)
 
     def _head_config(self) -> dict:
         hp = self.hparams
@@ -231,5 +248,5 @@ class SequenceClassifier(pl.LightningModule):
         return [HFExport()] if self.hparams.export_hf and not present else []
 
     def configure_optimizers(self) -> Any:
-        layers = getattr(self.model.config, "num_hidden_layers", None) or getattr(self.model.config, "n_layers", None)
+        layers = self._num_layers() or None
         return configure(self, param_groups(self.model, self.hparams.weight_decay, self.hparams.layer_decay, layers))

@@ -41,3 +41,18 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
     for lid in sorted(by_layer):
         groups += zoo_param_groups(by_layer[lid], weight_decay, lr_scale=layer_decay ** (num_layers + 1 - lid))
     return groups
+
+
+def freeze(model: nn.Module, embeddings: bool, layers: int, num_layers: int) -> int:
+    """Stop training the embeddings (`embeddings`) and/or the bottom `layers` encoder layers (which implies the
+    embeddings); -> the number of parameters frozen. Nothing below the lowest trained layer then needs a backward
+    pass, which is where a CPU fine-tune of a 12-layer encoder saves most of its time."""
+    if not 0 <= layers <= num_layers:
+        raise ValueError(f"freeze_layers must be in [0, {num_layers}], got {layers}")
+    top = layers if layers else (0 if embeddings else -1)  # the highest layer_id that stops training
+    frozen = 0
+    for name, p in model.named_parameters():
+        if layer_id(name, num_layers) <= top:
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen

