@@ -212,3 +212,4 @@ def test_zoo_list_marks_each_familys_recommended_preset(capsys):
     marked = {line.split()[1] for line in lines if line.startswith("* ")}
     assert marked == set(RECOMMENDED.values()) and marked <= set(options("experiment"))
     assert all(name.startswith(f"{family}_") for family, name in RECOMMENDED.items())
+    assert any(line.strip().startswith("(gan: the default task is the recommended recipe") for line in lines)

@@ -20,6 +20,9 @@ def main(rest: list[str]) -> None:
     for name in presets:
         mark = "*" if name in RECOMMENDED.values() else " "
         print(f"{mark} {name:<{width}} {_described('experiment', name)}")
+    unmarked = sorted({name.split("_")[0] for name in presets} - set(RECOMMENDED))
+    if unmarked:  # a family whose measured recipe is its default task, not a preset
+        print(f"  ({', '.join(unmarked)}: the default task is the recommended recipe; no preset was measured above it)")
     print("trainer presets (trainer=...): " + ", ".join(options("trainer")))
     print("searches (-m hparams_search=...): " + ", ".join(options("hparams_search")))
     print("launchers (hydra/launcher=...): " + ", ".join(n for n in options("hydra/launcher")))
