@@ -173,16 +173,12 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
     `hparams_search=<name>` becomes `+hparams_search=<name>` in place when train.yaml's defaults do not list the
     group (Hydra's spelling for a group outside the defaults list); the caller hands the same list to Hydra.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from zoo.core import validate
 
     _append_search_group(overrides)
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors
-        raise ZooError(f"cannot parse overrides {overrides}: {_first_line(e)}; write them as key=value, and quote a "
-                       "value holding commas, spaces or brackets: key='a, b' (search ranges: docs/search.md)") from None
+    parsed = _parsed(overrides)
+    if sweeps and _expand_group_globs(overrides, parsed):
+        parsed = _parsed(overrides)
     single = [_single_value(o, sweeps) for o in parsed]
     try:
         cfg = compose(single, config_name, with_hydra=True)
@@ -190,6 +186,9 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
         base = cfg if groups == single else compose(groups, config_name, with_hydra=True)  # no value overrides
     except Exception as e:  # noqa: BLE001
         raise ZooError(explain(e, single)) from None
+    if sweeps:
+        _check_group_sweeps(parsed, single, config_name)
+        _force_keys_of_swept_groups(overrides, parsed, single, config_name)
     continuous = [o for o in parsed if o.is_sweep_override() and not o.is_discrete_sweep()]
     if continuous and SEARCH_SWEEPER not in str(_select(cfg, "hydra.sweeper._target_")):
         o = continuous[0]
@@ -209,6 +208,80 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
     validate.check_targets(cfg)
     validate.check_sweep_choices(cfg, parsed)
     return cfg  # composed with the sweeps' first values and the `hydra` node
+
+
+def _parsed(overrides: list[str]) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors
+        raise ZooError(f"cannot parse overrides {overrides}: {_first_line(e)}; write them as key=value, and quote a "
+                       "value holding commas, spaces or brackets: key='a, b' (search ranges: docs/search.md)") from None
+
+
+def _swept_groups(parsed: list) -> list[int]:
+    return [i for i, o in enumerate(parsed) if o.is_sweep_override() and is_group_choice(o.get_key_element())]
+
+
+def _expand_group_globs(overrides: list[str], parsed: list) -> bool:
+    """`experiment='glob(rl_c*)'` -> `experiment=rl_acrobot,rl_cartpole` in place: Hydra enumerates a glob only inside
+    its own app, and the names are the group's, which the zoo lists itself. A glob matching none is one line."""
+    import fnmatch
+
+    from hydra.core.override_parser.types import Glob
+
+    changed = False
+    for i, o in enumerate(parsed):
+        if not isinstance(o.value(), Glob):
+            continue
+        key = o.get_key_element()
+        group = key.lstrip("+~")
+        g = o.value()
+        names = [n for n in options(group) if any(fnmatch.fnmatch(n, p) for p in g.include)
+                 and not any(fnmatch.fnmatch(n, p) for p in g.exclude)]
+        if not names:
+            raise ZooError(f"{o.input_line}: no {group} matches; available: {', '.join(options(group)) or 'none'}")
+        overrides[i] = f"{key}={','.join(names)}"
+        changed = True
+    return changed
+
+
+def _check_group_sweeps(parsed: list, single: list[str], config_name: str) -> None:
+    """Every choice of a swept config group composes, each with the other overrides (a trial's config): a misspelt
+    second choice was Hydra's multi-line error after the first trial, and a multirun.yaml left behind."""
+    for i in _swept_groups(parsed):
+        key = parsed[i].get_key_element()
+        for value in list(parsed[i].sweep_string_iterator())[1:]:
+            trial = [*single[:i], f"{key}={value}", *single[i + 1:]]
+            try:
+                compose(trial, config_name, with_hydra=True)
+            except Exception as e:  # noqa: BLE001
+                raise ZooError(f"{key}={value} (one of the sweep's choices): {explain(e, trial)}") from None
+
+
+def _force_keys_of_swept_groups(overrides: list[str], parsed: list, single: list[str], config_name: str) -> None:
+    """`-m experiment=rl_cartpole,rl_acrobot task.module.total_timesteps=1024`: Hydra composes a multirun's own
+    config without the swept groups, where a key that only those groups bring is 'not in struct'. Such a key becomes
+    `++key=value` in place (every choice has been composed with the plain override just before, so a misspelt key
+    is still caught)."""
+    from omegaconf import OmegaConf
+
+    swept = _swept_groups(parsed)
+    if not swept:
+        return
+    fixed = [t for i, (t, o) in enumerate(zip(single, parsed))
+             if i not in swept and is_group_choice(o.get_key_element())]
+    cfg = compose(fixed, config_name, with_hydra=True)
+    for i, o in enumerate(parsed):
+        key = o.get_key_element()
+        if is_group_choice(key) or key.startswith(("+", "~")):
+            continue
+        if OmegaConf.select(cfg, key, default=_MISSING_KEY, throw_on_resolution_failure=False) is _MISSING_KEY:
+            overrides[i] = f"++{overrides[i]}"
+
+
+_MISSING_KEY = object()
 
 
 def check_output_dir(cfg: Any, multirun: bool) -> None:

@@ -21,7 +21,14 @@ def parse_args(rest: list[str]) -> tuple[argparse.Namespace, argparse.ArgumentPa
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
-    return parser.parse_args(rest), parser
+    args = parser.parse_args(rest)
+    modes = [flag for flag, on in (("-m", args.multirun), ("--cfg", args.cfg), ("--info", args.info)) if on]
+    if len(modes) > 1:  # Hydra's own refusal is a ValueError traceback
+        from zoo.errors import ZooError
+
+        raise ZooError(f"{' and '.join(modes)} cannot go together: --cfg and --info print one run's config or "
+                       "set-up, -m runs a sweep; drop -m to see the first trial's (python -m zoo train --cfg job ...)")
+    return args, parser
 
 
 def only_prints(args: argparse.Namespace) -> bool:
