@@ -103,7 +103,8 @@ class ImageDataModule(pl.LightningDataModule):
         known = list(model.hparams.get("class_names") or [])
         if known != self.class_names:
             raise ZooError(f"the checkpoint's classes ({_short(known)}) differ from the data's "
-                           f"({_short(self.class_names)}); evaluate on data with the same classes")
+                           f"({_short(self.class_names)}); use data with the same classes, or fine-tune a new run "
+                           "from the checkpoint (task.module.pretrained=<ckpt>) to learn these")
 
     def _class_names(self) -> list[str]:
         if self.dataset == "digits":

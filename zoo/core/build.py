@@ -15,8 +15,15 @@ log = logging.getLogger("zoo")
 
 
 def build_data_and_module(cfg: DictConfig) -> tuple[Any, Any]:
+    from zoo.core.resume import resumed_checkpoint
+
     datamodule = instantiate(cfg.task.data) if cfg.task.get("data") is not None else None
     extra = datamodule.model_kwargs() if datamodule is not None and hasattr(datamodule, "model_kwargs") else {}
+    resumed = resumed_checkpoint()
+    if resumed is not None and datamodule is not None:  # a resume continues the classes the model learned
+        from types import SimpleNamespace
+
+        check_data_fits(datamodule, SimpleNamespace(hparams=resumed["hyper_parameters"]))
     module = instantiate(cfg.task.module, _convert_="all", **extra)
     if cfg.get("trainer") is not None and cfg.trainer.get("ema_decay") and not module.automatic_optimization:
         from zoo.core.callbacks import ema_refusal
@@ -99,14 +106,20 @@ def build_checked_data(cfg: DictConfig, module: Any) -> Any:
     if cfg.task.get("data") is None:
         return None
     datamodule = instantiate(cfg.task.data)
+    check_data_fits(datamodule, module)
+    return datamodule
+
+
+def check_data_fits(datamodule: Any, module: Any) -> None:
+    """One line when a trained module (or a resumed checkpoint's hparams) and the data disagree on what the data
+    derives: classes, labels, vocabulary. A renamed class folder would otherwise relabel the model in silence."""
     if hasattr(datamodule, "check_model"):
         datamodule.check_model(module)
     elif hasattr(datamodule, "model_kwargs"):
         for key, value in datamodule.model_kwargs().items():
             if key in module.hparams and module.hparams[key] != value:
                 raise ZooError(f"the checkpoint's {key} ({_short(module.hparams[key])}) does not match the data's "
-                               f"({_short(value)}); evaluate it on data with the same {key}")
-    return datamodule
+                               f"({_short(value)}); use data with the same {key}")
 
 
 def _short(v: Any) -> str:
