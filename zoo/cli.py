@@ -40,6 +40,16 @@ Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, te
 watch them with: tensorboard --logdir outputs
 """
 
+def verb_help(verb: str) -> str:
+    """The usage lines of one command (its block in USAGE, continuation lines included)."""
+    lines = USAGE.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {verb} "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("  ") and lines[i][2] != " "
+                or not lines[i].strip()), len(lines))
+    block = "\n".join(line[2:] for line in lines[start:end])
+    return f"usage: python -m zoo {block}\n\nall commands: python -m zoo --help"
+
+
 # verb -> "module:function(rest)"; imported only when used, so `--help` answers at once
 VERBS = {
     "train": "zoo.verbs.train:main",
@@ -78,6 +88,9 @@ def _main(argv: list[str]) -> None:
         print(__version__)
         return
     verb, rest = argv[0], argv[1:]
+    if verb in VERBS and verb != "train" and any(a in ("-h", "--help") for a in rest):  # train: Hydra's own help
+        print(verb_help(verb))
+        return
     try:
         if verb not in VERBS:
             raise ZooError(f"unknown command '{verb}': use {', '.join(list(VERBS)[:-1])} or {list(VERBS)[-1]} "

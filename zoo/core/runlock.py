@@ -38,6 +38,12 @@ def claim(run_dir: Path, resuming: bool) -> None:
         raise ZooError(f"{run_dir} holds another run's checkpoints ({checkpoints(run_dir)[0].name}, ...); a new run "
                        "there would replace them: leave hydra.run.dir out (a new folder) or name a new one, or "
                        f"continue that run with `python -m zoo train ckpt_path={run_dir}`")
+    events = [] if resuming else sorted(run_dir.glob("tensorboard/**/events.out.tfevents.*"))
+    if events:
+        _release(run_dir, fd)
+        raise ZooError(f"{run_dir} holds the TensorBoard logs of a run that saved no checkpoint ({events[0].name}, "
+                       "...: killed before its first); a new run there would mix its curves with them: leave "
+                       "hydra.run.dir out (a new folder) or name a new one, or move that tensorboard/ away")
     _held[run_dir] = fd
     if len(_held) == 1:
         atexit.register(release_all)

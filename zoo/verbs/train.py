@@ -307,5 +307,6 @@ def summarize(cfg: DictConfig, best: str, metrics: dict) -> None:
     ]
     for k, v in sorted(scalars(metrics).items()):
         lines.append(f"  {k:<16} {v:.4f}")
-    lines.append(f"  watch:           tensorboard --logdir {root}")
+    inside = run_dir.resolve().is_relative_to(root.resolve())  # else a hydra.run.dir of its own: name that one
+    lines.append(f"  watch:           tensorboard --logdir {root if inside else run_dir}")
     print("\n".join(lines), flush=True)
