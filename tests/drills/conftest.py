@@ -1,0 +1,8 @@
+"""The drills import their harness (tests/drills/harness.py) by name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
