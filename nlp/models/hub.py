@@ -183,6 +183,11 @@ ARCHITECTURES: dict[str, dict] = {
     "bert-base-uncased": dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
                               num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
                               type_vocab_size=2),
+    "sentence-transformers/all-mpnet-base-v2": dict(model_type="mpnet", vocab_size=30527, hidden_size=768,
+                                                    num_hidden_layers=12, num_attention_heads=12,
+                                                    intermediate_size=3072, max_position_embeddings=514,
+                                                    layer_norm_eps=1e-5, relative_attention_num_buckets=32,
+                                                    pad_token_id=1, bos_token_id=0, eos_token_id=2),
 }
 
 
@@ -192,10 +197,11 @@ def load_config(name: str, pretrained: bool = True, **overrides):
     try:
         source = resolve(name)
     except ZooError:
-        if pretrained or name not in ARCHITECTURES:
+        known = ALIASES.get(name, name)
+        if pretrained or known not in ARCHITECTURES:
             raise
         log.info("%s not found locally: random init from its built-in architecture", name)
-        return AutoConfig.for_model(**ARCHITECTURES[name], **overrides)
+        return AutoConfig.for_model(**ARCHITECTURES[known], **overrides)
     try:
         return AutoConfig.from_pretrained(source.location, local_files_only=source.local_only, **overrides)
     except (OSError, ValueError) as e:

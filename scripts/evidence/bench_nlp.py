@@ -3,6 +3,7 @@ pretrained MiniLM against the same run from random init.
 
     python scripts/evidence/bench_nlp.py                       # cr and subj, pretrained and random init
     python scripts/evidence/bench_nlp.py --data cr --init pretrained --timeout 1200
+    python scripts/evidence/bench_nlp.py --base --data cr --init pretrained --threads 2   # experiment=nlp_cr_base
 
 Each run is a real `python -m zoo train experiment=nlp_<data>` in a subprocess (CSV logger, no test, no export),
 killed after --timeout seconds. The table it prints is what docs/nlp.md quotes.
@@ -17,9 +18,10 @@ from pathlib import Path
 from common import SHARED, ZOO_MODULE, csv_series, run, shown, zoo_env
 
 
-def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str], threads: int = 1) -> dict:
+def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str], threads: int = 1,
+            suffix: str = "") -> dict:
     out_root = Path(tempfile.mkdtemp(prefix=f"bench_nlp_{data}_{init}_"))
-    cmd = [*ZOO_MODULE, "train", f"experiment=nlp_{data}", f"task.module.pretrained={init == 'pretrained'}",
+    cmd = [*ZOO_MODULE, "train", f"experiment=nlp_{data}{suffix}", f"task.module.pretrained={init == 'pretrained'}",
            "logger=csv", "test_after_fit=false", "task.module.export_hf=false", "task.module.worst_k=0",
            "trainer.enable_progress_bar=false", "callbacks.progress_bar=null",
            "trainer.enable_model_summary=false",
@@ -55,7 +57,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", default=["cr", "subj"], choices=["cr", "subj"])
     ap.add_argument("--init", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
-    ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (cr 3, subj 2)")
+    ap.add_argument("--base", action="store_true", help="the base-size presets nlp_<data>_base (all-mpnet-base-v2)")
+    ap.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per run before it is killed")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch/OpenMP threads; 1 on a shared machine (when busy, 2 threads spin-wait on each other)")
@@ -78,7 +81,8 @@ def main() -> None:
     results = []
     for data in args.data:
         for init in args.init:
-            results.append(run_one(data, init, args.epochs, args.timeout, args.extra, args.threads))
+            results.append(run_one(data, init, args.epochs, args.timeout, args.extra, args.threads,
+                                   "_base" if args.base else ""))
             print(row(results[-1]), flush=True)
     print("\n| data | init | best dev acc | dev acc per epoch | train s/epoch | tokens/s | pad fraction | run |")
     print("|---|---|---:|---|---:|---:|---:|---|")

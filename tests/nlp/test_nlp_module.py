@@ -35,6 +35,25 @@ def test_no_weight_decay_on_bias_and_layernorm(tiny_encoder):
     assert len(decayed) + len(undecayed) == len(names)
 
 
+def test_freezing_stops_training_below_the_chosen_layer(tiny_encoder):
+    trained = lambda m: {n for n, p in m.model.named_parameters() if p.requires_grad}  # noqa: E731
+    everything = trained(make(tiny_encoder))
+    no_emb = trained(make(tiny_encoder, freeze_embeddings=True))
+    assert everything - no_emb == {n for n in everything if ".embeddings." in n}
+    lower = make(tiny_encoder, freeze_layers=1)
+    kept = trained(lower)
+    assert not any(".embeddings." in n or ".layer.0." in n for n in kept)
+    assert "bert.encoder.layer.1.output.dense.weight" in kept and "classifier.weight" in kept
+    grouped = {id(p) for g in param_groups(lower.model, 0.01) for p in g["params"]}
+    assert grouped == {id(p) for p in lower.model.parameters() if p.requires_grad}  # AdamW sees the rest only
+    ids = torch.tensor([[2, 10, 11, 3]])
+    lower(ids, torch.ones_like(ids)).sum().backward()  # no gradient below the trained layers
+    assert lower.model.bert.encoder.layer[0].output.dense.weight.grad is None
+    assert lower.model.bert.encoder.layer[1].output.dense.weight.grad is not None
+    with pytest.raises(ZooError, match=r"freeze_layers=3 is outside 0..2"):
+        make(tiny_encoder, freeze_layers=3)
+
+
 def test_layerwise_lr_decay_scales_lower_layers_down(tiny_encoder):
     model = make(tiny_encoder).model
     assert layer_id("bert.embeddings.word_embeddings.weight", 2) == 0
