@@ -101,7 +101,7 @@ def metadata(module: Any, cfg: Any) -> dict:
                   "the graph" if hp.arch == "whisper" else "inside the graph")
         return {"preprocess": {"input": "waveform", "sample_rate": hp.sample_rate, "mono": True,
                                "padding": "zeros after each utterance; lengths = real samples",
-                               "normalization": inside, "max_seconds": float(hp.max_seconds)},
+                               "normalization": inside, "max_seconds": module.max_seconds()},
                 "vocabulary": list(module.vocab.tokens), "blank_index": 0, "postprocess": post}
     return {
         "preprocess": {
@@ -114,7 +114,7 @@ def metadata(module: Any, cfg: Any) -> dict:
             "normalization": ("per utterance and mel bin" if module.features.norm == "bin" else
                               "per utterance, one mean and variance over all mel bins") +
                              " over the real frames: (x - mean) / sqrt(var + 1e-5); padding frames set to 0",
-            "frames": "samples // hop_length + 1", "max_seconds": float(hp.max_seconds),
+            "frames": "samples // hop_length + 1", "max_seconds": module.max_seconds(),
         },
         "vocabulary": list(module.vocab.tokens), "blank_index": 0,
         "postprocess": post,
@@ -179,8 +179,11 @@ class Handler:
         except Exception as e:  # noqa: BLE001 - soundfile raises LibsndfileError, RuntimeError, TypeError
             raise BadRequest(400, f"cannot decode the audio ({type(e).__name__}); send a wav or flac file") from None
         wave = torch.from_numpy(wave.mean(1))
-        if len(wave) == 0 or len(wave) > self.max_seconds * rate:
-            raise BadRequest(422, f"audio of {len(wave) / rate:.1f}s: send between 0 and {self.max_seconds:g} s")
+        if len(wave) == 0:
+            raise BadRequest(422, f"the audio is empty (no samples); send speech up to {self.max_seconds:g} s")
+        if len(wave) > self.max_seconds * rate:
+            raise BadRequest(422, f"audio of {len(wave) / rate:.1f} s is longer than the {self.max_seconds:g} s this "
+                                  "model takes; split it into shorter clips")
         if rate != self.rate:
             import torchaudio
 

@@ -132,14 +132,30 @@ class CTCRecognizer(L.LightningModule):
             self._decoder = kind(self.vocab.tokens, **opts)
         return self._decoder(log_probs, lengths)
 
+    def max_seconds(self) -> float:
+        """The longest clip this model transcribes: `max_seconds`, or less where the network itself takes less
+        (Whisper: 30 s, less the silence it adds)."""
+        cap = getattr(self.model, "max_input_seconds", None)
+        limit = float(self.hparams.max_seconds)
+        return min(limit, cap()) if cap is not None else limit
+
+    def too_long(self, seconds: float) -> str | None:
+        """Why a clip of `seconds` cannot be transcribed (None when it can): its own duration, the limit, the fix."""
+        limit = self.max_seconds()
+        if seconds <= limit:
+            return None
+        cap = getattr(self.model, "max_input_seconds", None)
+        fix = ("split it into pieces under that (the encoder's window holds no more)" if cap is not None and
+               cap() <= float(self.hparams.max_seconds) else "split it, or raise predict.max_seconds")
+        return f"audio of {seconds:.1f} s is longer than the {limit:g} s this model takes; {fix}"
+
     @torch.no_grad()
     def transcribe(self, waves: list[torch.Tensor]) -> list[str]:
         """Waveforms (T,) at `sample_rate` -> text; refuses audio longer than `max_seconds` (memory grows with it)."""
         rate = self.hparams.sample_rate
         for w in waves:
-            if len(w) > self.hparams.max_seconds * rate:
-                raise ZooError(f"audio of {len(w) / rate:.1f}s exceeds max_seconds={self.hparams.max_seconds}; "
-                               "split it into shorter files or raise predict.max_seconds")
+            if (why := self.too_long(len(w) / rate)) is not None:
+                raise ZooError(why)
         lengths = torch.tensor([len(w) for w in waves], device=self.device)
         batch = torch.zeros(len(waves), int(lengths.max()), device=self.device)
         for i, w in enumerate(waves):

@@ -44,6 +44,9 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
         model._decoder = None
     if "max_seconds" in opts:
         model.hparams.max_seconds = float(opts["max_seconds"])
+        if model.max_seconds() < model.hparams.max_seconds:
+            raise ZooError(f"predict.max_seconds={opts['max_seconds']}: this model takes at most "
+                           f"{model.max_seconds():g} s (its encoder's window); split longer files")
     files = _files(os.path.expanduser(str(input)))
     single = len(files) == 1 and not os.path.isdir(input)
     batch_size = int(opts.get("batch_size", 8))
@@ -53,9 +56,8 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
         for f in files[start:start + batch_size]:
             try:
                 wave = load_audio(f, rate)
-                if len(wave) > model.hparams.max_seconds * rate:
-                    raise ZooError(f"{f}: {len(wave) / rate:.1f}s exceeds max_seconds={model.hparams.max_seconds}; "
-                                   "split the file or set predict.max_seconds")
+                if (why := model.too_long(len(wave) / rate)) is not None:
+                    raise ZooError(f"{f}: {why}")
             except ZooError as e:
                 if single:
                     raise

@@ -153,13 +153,21 @@ def read_source(value: str, model: Any) -> tuple[dict[str, torch.Tensor], list[s
 
     raw, _ = read_pretrained(path, "speech/ctc", OPTION)
     weights = hf_to_zoo(raw)
-    if "encoder.conv1.weight" not in weights:
+    if not looks_like_whisper(weights):
         raise ZooError(f"{OPTION}: {path} holds no Whisper encoder weights (its names look like "
                        f"{', '.join(list(raw)[:3])}); give a Whisper model.bin, .safetensors or folder")
     config = path.parent / "config.json"
     heads = json.loads(config.read_text()).get("encoder_attention_heads") if config.is_file() else None
     check_dims(model, dims_of(weights, heads), str(path))
     return weights, sorted(n for n in raw if n not in set(_hf_names(raw))), str(path)
+
+
+def looks_like_whisper(weights: dict[str, torch.Tensor]) -> bool:
+    """A Whisper encoder's shape, not merely its names: two 1-D convolutions (3-D kernels) and attention layers. A
+    torchvision ResNet's `conv1.weight` (a 4-D kernel) read as one was 'a Whisper encoder of n_mels=3, layers=0'."""
+    conv1, conv2 = weights.get("encoder.conv1.weight"), weights.get("encoder.conv2.weight")
+    return (conv1 is not None and conv2 is not None and conv1.dim() == 3 and conv2.dim() == 3
+            and any(".self_attn." in n for n in weights))
 
 
 def _hf_names(raw: dict) -> list[str]:

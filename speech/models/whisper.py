@@ -167,6 +167,11 @@ class WhisperCTC(nn.Module):
             x = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])[0]
         return self.head(self.head_dropout(x)), out
 
+    def max_input_seconds(self) -> float:
+        """The longest clip the encoder takes: Whisper's 30 s window (its position table), less the silence this
+        model adds around every clip."""
+        return (2 * MAX_POSITIONS * HOP - self.lead - self.tail) / RATE
+
     def with_silence(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch with `silence_lead` zeros before each clip and `silence_tail` zeros right after its end (tensor
         ops only: the exported graph keeps them); unchanged without either."""

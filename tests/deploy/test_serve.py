@@ -126,6 +126,23 @@ def test_handlers_reject_bad_requests_with_4xx():
     with pytest.raises(BadRequest) as e:
         speech.decode(b"RIFF garbage", "audio/wav")
     assert e.value.status == 400
+    # a Whisper export's limit is its window less the silence it adds (29.4 s): a 29.8 s clip was an HTTP 500
+    whisper = SpeechHandler({"preprocess": {"sample_rate": 16000, "input": "waveform", "max_seconds": 29.4},
+                             "vocabulary": ["<blank>", "a"]})
+    for seconds, says in ((29.8, "audio of 29.8 s is longer than the 29.4 s"), (0.0, "the audio is empty")):
+        with pytest.raises(BadRequest) as e:
+            whisper.decode(_wav(seconds), "audio/wav")
+        assert e.value.status == 422 and says in str(e.value)
+
+
+def _wav(seconds: float) -> bytes:
+    import io
+
+    import soundfile as sf
+
+    out = io.BytesIO()
+    sf.write(out, np.zeros(int(seconds * 16000), np.float32), 16000, format="WAV")
+    return out.getvalue()
 
 
 def test_pad_concat_and_options():

