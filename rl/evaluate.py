@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +45,20 @@ def run_episodes(policy: Policy, env_id: str, episodes: int, seed: int, env_kwar
     return np.array(sum(returns, [])), np.array(sum(lengths, []))
 
 
+@contextlib.contextmanager
+def quiet_gl() -> Iterator[None]:
+    """GLFW's warnings without a display ('X11: The DISPLAY environment variable is missing', then 'not
+    initialized') go to the log at debug level: the one 'no video' line says what they mean and what to do."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.filterwarnings("always", module="glfw")
+        yield
+    for w in seen:
+        if w.filename and "glfw" in w.filename:
+            log.debug("GLFW: %s", w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | None = None,
                    max_frames: int = 1000, every: int = 1) -> tuple[np.ndarray | None, float]:
     """One episode rendered as rgb_array -> (frames (T, H, W, 3) uint8 or None if the env cannot render, return).
@@ -54,7 +71,8 @@ def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | No
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     kwargs = {**(MUJOCO_FRAME if is_mujoco(env_id) else {}), **(env_kwargs or {})}
     try:
-        env = make_single(env_id, render_mode="rgb_array", env_kwargs=kwargs)
+        with quiet_gl():
+            env = make_single(env_id, render_mode="rgb_array", env_kwargs=kwargs)
     except Exception:  # noqa: BLE001 - no renderer (pygame missing, headless backend): a video is optional
         log.warning(no_video_hint(env_id))
         return None, float("nan")
@@ -62,7 +80,8 @@ def record_episode(policy: Policy, env_id: str, seed: int, env_kwargs: dict | No
     try:
         obs, _ = env.reset(seed=seed)
         try:
-            frame = env.render()
+            with quiet_gl():
+                frame = env.render()
         except Exception:  # noqa: BLE001 - MuJoCo without an off-screen GL context raises here
             frame = None
         if frame is None or np.ptp(np.asarray(frame)) == 0:
@@ -85,8 +104,18 @@ def save_video(frames: np.ndarray, path: str, fps: int = 30) -> str:
     """frames (T, H, W, 3) uint8 -> a .gif or .mp4 (by the path's suffix) through imageio."""
     import imageio.v2 as imageio
 
-    if path.endswith(".gif"):
-        imageio.mimsave(path, list(frames), duration=1000 / fps, loop=0)
-    else:
-        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=1)
+    from zoo.core import owned
+
+    target = Path(path)
+    fd, tmp = owned.temp_file(owned.make_dirs(target.parent), prefix=f".{target.name}.", suffix=target.suffix)
+    os.close(fd)
+    try:  # through a temp file: a stop mid-write never leaves half a video under the name asked for
+        if target.suffix.lower() == ".gif":
+            imageio.mimsave(tmp, list(frames), duration=1000 / fps, loop=0)
+        else:
+            imageio.mimsave(tmp, list(frames), fps=fps, macro_block_size=1)
+        os.replace(tmp, target)
+    except BaseException:
+        owned.remove(tmp)
+        raise
     return path

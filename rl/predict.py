@@ -29,17 +29,32 @@ def predict(model: Any, cfg: DictConfig, input: str | None) -> Iterator[dict]:
     episodes, seed = int(opts.get("episodes", 5)), int(opts.get("seed", 0))
     if episodes < 1:
         raise ZooError(f"predict.episodes must be >= 1, got {episodes}")
+    out = opts.get("out", str(Path(cfg.run_dir) / "episode.gif"))
+    check_video_path(out)  # before the episodes: a wrong name was found only after playing them all
     policy = model.collector.policy(model.agent, deterministic=True)
     returns, lengths = run_episodes(policy, env_id, episodes, seed, model.env_cfg["kwargs"])
     for i, (r, n) in enumerate(zip(returns, lengths)):
         yield {"env": env_id, "episode": i, "return": float(r), "length": int(n)}
-    out = opts.get("out", str(Path(cfg.run_dir) / "episode.gif"))
     if out:
         frames, ret = record_episode(policy, env_id, seed, model.env_cfg["kwargs"],
                                      max_frames=int(opts.get("max_frames", 1000)))
         if frames is None:
             yield {"env": env_id, "video": None, "note": no_video_hint(env_id)}
         else:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
             yield {"env": env_id, "video": save_video(frames, str(out), fps=int(opts.get("fps", 30))),
                    "frames": int(len(frames)), "return": ret}
+
+
+VIDEO_SUFFIXES = (".gif", ".mp4")
+
+
+def check_video_path(out: Any) -> None:
+    """predict.out must name a .gif or .mp4 file (or be empty for none), not a folder or another kind of file."""
+    if not out:
+        return
+    path = Path(str(out)).expanduser()
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise ZooError(f"predict.out={out}: the video is written as .gif or .mp4; name a file with one of those "
+                       "suffixes (or predict.out='' for none)")
+    if path.is_dir():
+        raise ZooError(f"predict.out={out} is a folder; name the video file, e.g. predict.out={path / 'agent.gif'}")

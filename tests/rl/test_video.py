@@ -52,3 +52,56 @@ def test_log_video_without_tensorboard_logger_or_off_rank_zero_does_nothing(tmp_
     for trainer in (SimpleNamespace(global_rank=1, loggers=[logger]), SimpleNamespace(global_rank=0, loggers=[]), None):
         tb.log_video(SimpleNamespace(_trainer=trainer, global_step=0), "val/video", moving_square(2, 16, 16))
     assert not list(tmp_path.rglob("events.out.tfevents*"))
+
+
+def test_predict_refuses_a_video_name_it_cannot_write_before_playing_any_episode(tmp_path: Path, monkeypatch):
+    """predict.out=<file>.ckpt played every episode, then died in an imageio traceback."""
+    import pytest
+    from omegaconf import OmegaConf
+
+    import rl.predict as rl_predict
+    from zoo.errors import ZooError
+
+    monkeypatch.setattr(rl_predict, "run_episodes", lambda *a, **k: pytest.fail("episodes played"))
+    model = SimpleNamespace(env_cfg={"id": "CartPole-v1", "kwargs": {}},
+                            collector=SimpleNamespace(policy=lambda agent, deterministic: None), agent=None)
+    (tmp_path / "clips").mkdir()
+    for out, says in (("agent.ckpt", "as .gif or .mp4"), ("conf.yaml", "as .gif or .mp4"), ("clips.gif", None),
+                      (str(tmp_path / "clips"), "as .gif or .mp4")):
+        cfg = OmegaConf.create({"run_dir": str(tmp_path), "predict": {"out": out}})
+        if says is None:
+            continue
+        with pytest.raises(ZooError, match=says):
+            list(rl_predict.predict(model, cfg, None))
+    (tmp_path / "dir.gif").mkdir()
+    with pytest.raises(ZooError, match="is a folder"):
+        rl_predict.check_video_path(str(tmp_path / "dir.gif"))
+
+
+def test_a_video_is_written_whole_under_its_name_or_not_at_all(tmp_path: Path, monkeypatch):
+    import pytest
+
+    from rl.evaluate import save_video
+
+    frames = moving_square(4, 16, 16).numpy()
+    assert save_video(frames, str(tmp_path / "a.gif")) == str(tmp_path / "a.gif")
+    assert Image.open(tmp_path / "a.gif").n_frames == 4
+    import imageio.v2 as imageio
+
+    monkeypatch.setattr(imageio, "mimsave", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        save_video(frames, str(tmp_path / "b.gif"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif"]
+
+
+def test_glfw_warnings_go_to_the_log_not_the_console(caplog, recwarn):
+    import logging
+    import warnings
+
+    from rl.evaluate import quiet_gl
+
+    with caplog.at_level(logging.DEBUG, logger="rl.evaluate"), quiet_gl():
+        warnings.warn_explicit("(65550) b'X11: The DISPLAY environment variable is missing'", UserWarning,
+                               "/site-packages/glfw/__init__.py", 917, module="glfw")
+    assert not [w for w in recwarn if "DISPLAY" in str(w.message)]
+    assert "DISPLAY environment variable" in caplog.text
