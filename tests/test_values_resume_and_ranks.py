@@ -1,6 +1,6 @@
-"""The defects a hostile first try found in the shared core, each through the real entry point or the function
-that decides it: resume across tasks, values checked before work starts, free-text input, a dead DDP rank, one
-writer of the run config, failed runs cleaned up."""
+"""The shared core against bad input, each case through the real entry point or the function that decides it:
+values checked before work starts, resume across tasks, free-text input, a dead DDP rank, one writer of the run
+config, failed runs cleaned up, stops."""
 
 from __future__ import annotations
 
