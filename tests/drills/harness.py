@@ -40,6 +40,7 @@ class Step:
     line: str | None = None
     signal: str | None = None
     signal_after: float = 0.0
+    signal_when: str | None = None  # send the signal once a console line matches this (then `signal_after` more)
     stdin: str | None = None
     before: Callable[[Path], object] | None = None  # a change to the state just before this command (a user's file)
 
@@ -73,11 +74,28 @@ def run_step(where: Path, step: Step, timeout: float = 240) -> tuple[int, str]:
     proc = subprocess.Popen([sys.executable, "-m", "zoo", *step.args], cwd=where, env=env_for(where), text=True,
                             stdin=subprocess.PIPE if step.stdin is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = ""
     if step.signal:
+        if step.signal_when:
+            seen = _read_until(proc, step.signal_when, timeout)
         time.sleep(step.signal_after)
         proc.send_signal(getattr(signal, step.signal))
     out, _ = proc.communicate(step.stdin, timeout=timeout)
-    return proc.returncode, out
+    return proc.returncode, seen + out
+
+
+def _read_until(proc: subprocess.Popen, pattern: str, timeout: float) -> str:
+    """The console up to the first line matching `pattern` (the whole of it if the process ends first)."""
+    assert proc.stdout is not None
+    lines, end = [], time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if re.search(pattern, line):
+            break
+    return "".join(lines)
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -126,6 +126,34 @@ def rows() -> list[Drill]:
                     signal_after=3)],
               setup=lambda w, a: copy_run(a["toy"], w / "run"),
               promise="Ctrl-C during an export leaves no staging folder"),
+        Drill("predict-ctrl-c-at-start-up",
+              [Step(["ckpt_path=run", "input=1,1,1,1"], 130, "stopped by Ctrl-C", signal="SIGINT", signal_after=2)],
+              setup=lambda w, a: copy_run(a["toy"], w / "run"), promise="Ctrl-C while predict starts: exit 130"),
+        Drill("serve-sigterm-while-serving",
+              [Step(["serve", "ckpt_path=run", f"serve.port={free_port()}"], 0, signal="SIGTERM",
+                    signal_when="listening on|Uvicorn running|serving")],
+              setup=lambda w, a: copy_run(a["toy"], w / "run"),
+              check=lambda w, c: assert_in("server stopped by SIGTERM", c[0]),
+              promise="SIGTERM stops a server by draining it, exit 0, one line"),
+        Drill("serve-ctrl-c-at-start-up",
+              [Step(["serve", "ckpt_path=run", f"serve.port={free_port()}"], 130, "stopped by Ctrl-C",
+                    signal="SIGINT", signal_after=2)],
+              setup=lambda w, a: copy_run(a["toy"], w / "run"), promise="Ctrl-C while a server starts: exit 130"),
+        Drill("reproduce-sigterm-mid-rerun",
+              [Step(["reproduce", "run"], 143, "stopped by SIGTERM", signal="SIGTERM", signal_when="zoo: reproducing",
+                    signal_after=4)],
+              setup=lambda w, a: copy_run(a["toy"], w / "run"), may_change=["run/*"],
+              promise="SIGTERM reaches the re-run, which stops as a run does; the original run untouched"),
+        Drill("reproduce-ctrl-c-at-start-up",
+              [Step(["reproduce", "run"], 130, "stopped by Ctrl-C", signal="SIGINT", signal_after=2)],
+              setup=lambda w, a: copy_run(a["toy"], w / "run"), promise="Ctrl-C while reproduce starts: exit 130"),
+        Drill("bench-sigterm-mid-bench",
+              [Step(["bench", *TOY[:1], "bench.steps=5", "bench.repeats=1"], 143, "stopped by SIGTERM",
+                    signal="SIGTERM", signal_when=r"zoo bench: \[1/")],
+              promise="SIGTERM ends a bench as a stop (143, one line), the rows measured so far reported"),
+        Drill("resume-of-a-run-killed-before-its-first-checkpoint",
+              [Step(["ckpt_path=run"], 2, "no checkpoint")], setup=killed_run_folder,
+              promise="a folder a kill -9 left without a checkpoint: the line says to start again"),
         # sweeps over config groups
         Drill("sweep-over-a-misspelt-task",
               [Step(["-m", "task=toy/blobs,toy/blobz"], 2, "one of the sweep's choices")],
@@ -183,6 +211,18 @@ def only_user_files(folder: Path) -> None:
 def same_result(in_place: str, moved: str) -> None:
     assert best_line(in_place) == best_line(moved), (in_place[-1500:], moved[-1500:])
     assert printed_metrics(in_place) == printed_metrics(moved)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_in(text: str, console: str) -> None:
+    assert text in console, console[-1500:]
 
 
 def assert_export(folder: Path, model: str) -> None:
@@ -250,6 +290,8 @@ def same_prediction(console: str) -> None:
 def verb(drill: Drill) -> str:
     """The verb of a row's commands: train unless its first overrides say otherwise."""
     first = drill.steps[0].args
+    if first[0] in ("serve", "reproduce", "bench"):
+        return first[0]
     if any(a.startswith("export.") for a in first):
         return "export"
     if "input=" in " ".join(first) or any(a.startswith("input=") for a in first):
@@ -283,3 +325,10 @@ def test_every_verb_answers_help(tmp_path):
     for name in HELP_VERBS:
         rc, out = run_step(tmp_path, Step([name, "--help"]))
         assert rc == 0 and out.startswith("usage: python -m zoo " + name) and "Traceback" not in out, out
+
+
+def test_docs_list_every_row():
+    from harness import ROOT
+
+    listed = (ROOT / "docs" / "drills.md").read_text()
+    assert not [d.name for d in rows() if f"`{d.name}`" not in listed]

@@ -49,12 +49,19 @@ def main(rest: list[str]) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     rows = plan.run()
     report(plan, rows)
-    if plan.interrupted:
-        sys.exit(130)
+    if plan.interrupted:  # a stop like every verb's: one line, 143 for SIGTERM, 130 for Ctrl-C
+        from zoo.core.stops import exit_stopped
+
+        exit_stopped(_stopped_by[-1] if _stopped_by else "Ctrl-C",
+                     f"the rows measured before it are reported in {plan.run_dir}")
     return None
 
 
+_stopped_by: list[str] = []
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    _stopped_by.append("SIGTERM")
     raise KeyboardInterrupt
 
 
