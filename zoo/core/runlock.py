@@ -18,6 +18,9 @@ from zoo.core import owned
 from zoo.errors import ZooError
 
 LOCK = ".zoo.lock"
+# What a run writes at its folder's top level (Hydra's, the zoo's, Lightning's): a new run never writes over them.
+RUN_FILES = (".hydra", "cli.log", "config.yaml", "metrics.json", "env.json", "tensorboard", "checkpoints",
+             "hf_model", "export", "test")
 _held: dict[Path, int] = {}  # run dir -> the open, flock'ed lock file
 
 
@@ -38,12 +41,12 @@ def claim(run_dir: Path, resuming: bool) -> None:
         raise ZooError(f"{run_dir} holds another run's checkpoints ({checkpoints(run_dir)[0].name}, ...); a new run "
                        "there would replace them: leave hydra.run.dir out (a new folder) or name a new one, or "
                        f"continue that run with `python -m zoo train ckpt_path={run_dir}`")
-    events = [] if resuming else sorted(run_dir.glob("tensorboard/**/events.out.tfevents.*"))
-    if events:
+    clash = [] if resuming else [n for n in RUN_FILES if (run_dir / n).exists()]
+    if clash:
         _release(run_dir, fd)
-        raise ZooError(f"{run_dir} holds the TensorBoard logs of a run that saved no checkpoint ({events[0].name}, "
-                       "...: killed before its first); a new run there would mix its curves with them: leave "
-                       "hydra.run.dir out (a new folder) or name a new one, or move that tensorboard/ away")
+        raise ZooError(f"{run_dir} already holds {', '.join(clash)}, which a run writes (a run killed before its "
+                       "first checkpoint left them, or they are yours); a new run would write over them and mix its "
+                       "logs with theirs: leave hydra.run.dir out (a new folder) or name a new one")
     _held[run_dir] = fd
     if len(_held) == 1:
         atexit.register(release_all)

@@ -27,6 +27,8 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     # The input is free text (a sentence with commas, a path with brackets): it never goes through Hydra's grammar.
     text_input = next((unquote(o.partition("=")[2]) for o in rest if override_key(o) == "input"), None)
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "input")]
+    if verb == "predict":
+        check_predict_trainer_keys(user)
     # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
     run_dir = evaluation_dir(verb, path, task)
@@ -47,6 +49,19 @@ def _evaluate(verb: str, rest: list[str]) -> None:
         test(cfg, str(path))
     else:
         predict(cfg, str(path))
+
+
+# What predict applies of `trainer.*`: it drives the module itself, without a Lightning Trainer.
+PREDICT_TRAINER_KEYS = ("trainer.num_threads", "trainer.channels_last", "trainer.float32_matmul_precision")
+
+
+def check_predict_trainer_keys(user: list[str]) -> None:
+    """A trainer setting predict would not apply (precision, accelerator, devices, ...) is refused, not dropped."""
+    dropped = [o for o in user if override_key(o).startswith("trainer") and override_key(o) not in PREDICT_TRAINER_KEYS]
+    if dropped:
+        raise ZooError(f"{' '.join(dropped)}: zoo predict runs the model itself on the CPU, without a Trainer, so "
+                       f"this would be dropped; of the trainer settings it applies {', '.join(PREDICT_TRAINER_KEYS)} "
+                       "(the others apply to train and test)")
 
 
 def evaluation_dir(verb: str, path: Path, task: str) -> Path:
