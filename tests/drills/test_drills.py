@@ -176,6 +176,10 @@ def rows() -> list[Drill]:
               [Step(["-m", "experiment=glob(toy_*)", "trainer.enable_progress_bar=false", "hydra.sweep.dir=sweep"])],
               check=lambda w, c: trials_ran(w / "sweep", 2),
               promise="Hydra's glob() over presets runs each match"),
+        Drill("new-sweep-into-a-users-folder-with-numbered-folders",
+              [Step(["-m", "experiment=toy_narrow,toy_wide", "hydra.sweep.dir=mine"], 2, "already holds 0")],
+              setup=lambda w, a: (user_files(w / "mine"), user_files(w / "mine" / "0")),
+              promise="a sweep never writes its trials into folders of yours named like trials (0, 1, ...)"),
         Drill("sweep-and-cfg-together", [Step(["-m", "--cfg", "job"], 2, "cannot go together")],
               promise="-m with --cfg: one line, not Hydra's traceback"),
         # images: classes and bit depth

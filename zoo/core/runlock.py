@@ -203,4 +203,10 @@ def claim_sweep(folder: Path, overrides: list[str]) -> None:
         raise ZooError(f"{folder} holds an earlier sweep's runs ({found[0].parent.parent.name}/checkpoints, ...); a "
                        "new sweep there would replace them: leave hydra.sweep.dir out (a new folder) or name a new "
                        "one; that sweep's own command (see its multirun.yaml) finishes it")
+    clash = sorted(p.name for p in folder.iterdir() if p.name == "multirun.yaml" or p.is_dir() and p.name.isdigit()) \
+        if folder.is_dir() and not same_sweep(folder, overrides) else []
+    if clash:
+        raise ZooError(f"{folder} already holds {', '.join(clash[:4])}, which a sweep writes (an earlier sweep's, or "
+                       "yours); a new sweep would write over them: leave hydra.sweep.dir out (a new folder) or name a "
+                       "new one")
     claim(folder, resuming=True)
