@@ -16,13 +16,13 @@ import errno
 import io
 import os
 import shutil
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from zoo.core import owned
 from zoo.errors import ZooError
 
 CHUNK = 1 << 20
@@ -195,13 +195,15 @@ def unpacked(spec: SplitZip, pieces: list[Piece], root: Path | None = None) -> P
         except OSError as e:
             raise ZooError(f"cannot create the cache folder {root} ({e.strerror}); set ZOO_CACHE=<a writable folder>")
         _check_room(root, sum(m.file_size for m in members), spec)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.folder}-", suffix=".partial", dir=root))
+        tmp = owned.temp_dir(root, prefix=f".{spec.folder}-", suffix=".partial")
         try:
             _extract(zf, members, tmp)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp.rename(target)  # atomic on one file system: the folder appears whole or not at all
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-            shutil.rmtree(tmp, ignore_errors=True)  # ours: created above by this process
+        except BaseException as e:  # a stop too: no half-extracted folder is left in the cache
+            owned.remove(tmp)
+            if not isinstance(e, (zipfile.BadZipFile, zlib.error, EOFError, OSError)):
+                raise
             if target.exists() and _complete(target, members):
                 return target / spec.folder  # another process finished the same extraction first
             if getattr(e, "errno", None) == errno.ENOSPC:

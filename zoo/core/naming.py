@@ -106,7 +106,7 @@ def output_root() -> Path:
 def check_writable(folder: Path, what: str, fix: str) -> None:
     """Refuse, in one line, a folder that cannot be made or written: its nearest existing ancestor must be a folder
     in which a file can be created. (Probed by creating one, not by permission bits: root passes those.)"""
-    import tempfile
+    from zoo.core import owned
 
     folder = Path(folder).expanduser().absolute()
     probe = folder
@@ -116,7 +116,7 @@ def check_writable(folder: Path, what: str, fix: str) -> None:
         reason = f"{probe} is a file, not a folder"
     else:
         try:
-            os.rmdir(tempfile.mkdtemp(prefix=".zoo-probe-", dir=probe))
+            owned.remove(owned.temp_dir(probe, prefix=".zoo-probe-"))
             return
         except OSError as e:
             reason = f"{probe} is not writable ({e.strerror or e})"
