@@ -176,6 +176,13 @@ def rows() -> list[Drill]:
               [Step(["-m", "experiment=glob(toy_*)", "trainer.enable_progress_bar=false", "hydra.sweep.dir=sweep"])],
               check=lambda w, c: trials_ran(w / "sweep", 2),
               promise="Hydra's glob() over presets runs each match"),
+        Drill("train-sizes-and-probabilities-out-of-range",
+              [Step(["task=vision/resnet", "task.data.image_size=-5"], 2, "image_size=-5 must be at least 1"),
+               Step(["task=vision/resnet", "task.module.drop_rate=2"], 2, "is a probability"),
+               Step(["task=gan/dcgan", "task.module.nz=0"], 2, "nz=0 must be at least 1")],
+              check=lambda w, c: no_file_named(w, "config.yaml"),
+              promise="a negative size or a dropout of 2 is one line before any work (was a traceback mid-run, or a "
+                      "hang)"),
         Drill("new-sweep-into-a-users-folder-with-numbered-folders",
               [Step(["-m", "experiment=toy_narrow,toy_wide", "hydra.sweep.dir=mine"], 2, "already holds 0")],
               setup=lambda w, a: (user_files(w / "mine"), user_files(w / "mine" / "0")),

@@ -106,13 +106,38 @@ def check_optimizers(cfg: Any) -> None:
         walk(task.module, "task.module")
 
 
+# Task options whose meaning bounds them, by their name wherever they sit under `task` (a vision or GAN size, a
+# dropout): checked up front, so that a negative image size or a dropout of 2 is one line before any work, not a
+# traceback from a transform or a layer after the run started.
+AT_LEAST_ONE = ("batch_size", "image_size", "nz", "ngf", "ndf", "width", "max_length", "n_mels", "sample_rate",
+                "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_batch_size")
+PROBABILITY = ("dropout", "drop_rate", "drop_path_rate", "classifier_dropout", "head_dropout", "label_smoothing")
+
+
 def check_batch_sizes(cfg: Any) -> None:
+    """Sizes and counts at least 1, dropouts and smoothing in [0, 1), for every such option under `task`."""
     from omegaconf import OmegaConf
 
-    for key in ("task.data.batch_size", "task.module.batch_size"):
-        v = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+    from zoo.base import plain
+
+    task = OmegaConf.select(cfg, "task", throw_on_resolution_failure=False)
+    try:
+        values = _leaves(plain(task), "task") if task is not None else []
+    except Exception:  # noqa: BLE001 - an interpolation that does not resolve yet: its own check says so
+        return
+    for key, v in values:
+        leaf = key.rpartition(".")[2]
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if number and leaf in AT_LEAST_ONE and v < 1:
             raise ZooError(f"{key}={v} must be at least 1")
+        if number and leaf in PROBABILITY and not 0 <= v < 1:
+            raise ZooError(f"{key}={v} is a probability: give a value in [0, 1)")
+
+
+def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, dict):
+        return [kv for k, v in node.items() for kv in _leaves(v, f"{prefix}.{k}")]
+    return [(prefix, node)]
 
 
 # Trainer values that only lightning.Trainer (or, for ema_decay, the zoo's weight average) checks, when it is built:

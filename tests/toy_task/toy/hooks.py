@@ -21,9 +21,18 @@ def list_models() -> list[str]:
 
 
 def predict(module: Any, cfg: Any, input: Any) -> Iterator[dict]:
-    """`input=1,2,3,4;0,0,0,0`: one point per `;`."""
-    for point in str(input).split(";"):
-        p = module(torch.tensor([[float(v) for v in point.split(",")]])).softmax(-1)[0]
+    """`input=1,2,3,4;0,0,0,0`: one point per `;`. A point that is not four numbers is the user's to fix: one line
+    (a ZooError), as every task's predict says what input it takes."""
+    from zoo.errors import ZooError
+
+    for point in str(input or "").split(";"):
+        try:
+            values = [float(v) for v in point.split(",")]
+        except ValueError:
+            values = []
+        if len(values) != 4:
+            raise ZooError(f"input: {point!r} is not a point of 4 numbers; give input=1,2,3,4 (several: ';' between)")
+        p = module(torch.tensor([values])).softmax(-1)[0]
         yield {"input": point, "label": int(p.argmax()), "prob": round(float(p.max()), 4)}
 
 
