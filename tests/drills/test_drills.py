@@ -179,10 +179,13 @@ def rows() -> list[Drill]:
         Drill("train-sizes-and-probabilities-out-of-range",
               [Step(["task=vision/resnet", "task.data.image_size=-5"], 2, "image_size=-5 must be at least 1"),
                Step(["task=vision/resnet", "task.module.drop_rate=2"], 2, "is a probability"),
-               Step(["task=gan/dcgan", "task.module.nz=0"], 2, "nz=0 must be at least 1")],
+               Step(["task=gan/dcgan", "task.module.nz=0"], 2, "nz=0 must be at least 1"),
+               Step(["task=vision/resnet", "trainer.gradient_clip_val=-1"], 2, "gradient_clip_val=-1"),
+               Step(["task=vision/resnet", "task.module.optimizer._target_=torch.optim.Adamw"], 2,
+                    "did you mean AdamW")],
               check=lambda w, c: no_file_named(w, "config.yaml"),
-              promise="a negative size or a dropout of 2 is one line before any work (was a traceback mid-run, or a "
-                      "hang)"),
+              promise="a negative size, a dropout of 2, a negative clip value (it climbed the loss) or a misspelt "
+                      "optimizer is one line before any work (were tracebacks mid-run, a hang, a silent ascent)"),
         Drill("new-sweep-into-a-users-folder-with-numbered-folders",
               [Step(["-m", "experiment=toy_narrow,toy_wide", "hydra.sweep.dir=mine"], 2, "already holds 0")],
               setup=lambda w, a: (user_files(w / "mine"), user_files(w / "mine" / "0")),

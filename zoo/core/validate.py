@@ -92,6 +92,7 @@ def check_optimizers(cfg: Any) -> None:
             return
         target = str(node.get("_target_", ""))
         if target.startswith("torch.optim.") and "lr_scheduler" not in target and node.get("_partial_"):
+            _check_target(path, target)
             try:
                 instantiate(node)([torch.nn.Parameter(torch.zeros(1))])
             except (ValueError, TypeError) as e:
@@ -144,7 +145,7 @@ def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
 # after Hydra has made the run folder and the data and model are built. Checked here instead, before any of that,
 # each refusal naming the key and its choices.
 TRAINER_KEYS = ("precision", "accelerator", "devices", "max_time", "strategy", "ema_decay", "compile_mode",
-                "compile_options")
+                "compile_options", "gradient_clip_val")
 
 
 def check_trainer(cfg: Any, parsed: Sequence[Any] = ()) -> None:
@@ -172,12 +173,22 @@ def check_trainer(cfg: Any, parsed: Sequence[Any] = ()) -> None:
         check_strategy(strategy)
     for decay in values["ema_decay"]:
         check_ema_decay(decay)
+    for clip in values["gradient_clip_val"]:
+        check_gradient_clip(clip)
     from zoo.core.compile import check_compile_mode, check_compile_options
 
     for mode in values["compile_mode"]:
         check_compile_mode(mode)
         for options in values["compile_options"]:
             check_compile_options(options, mode)
+
+
+def check_gradient_clip(value: Any) -> None:
+    """Lightning takes a negative clip value and torch then scales every gradient by a negative factor: the run
+    climbs its loss instead of descending it, without a word."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise ZooError(f"trainer.gradient_clip_val={value}: give a norm (or value) of 0 or more, or null for no "
+                       "clipping")
 
 
 def check_ema_decay(value: Any) -> None:
@@ -330,27 +341,40 @@ def check_choices(cfg: Any, key: str, values: list) -> None:
 
 
 def check_targets(cfg: Any) -> None:
-    """The task's module and data classes import, before Hydra makes the run's folder: a `_target_` that names a
-    missing class failed inside the run (four Hydra lines, exit 1, the folder left behind)."""
-    import importlib
-
+    """Every `_target_` under the task (its module and data classes, and the optimizer, scheduler and model parts
+    inside them) imports, before Hydra makes the run's folder: a `_target_` that names a missing class failed inside
+    the run (four Hydra lines or tracebacks, exit 1, the folder left behind)."""
     from omegaconf import DictConfig, OmegaConf
 
+    def walk(node: Any, key: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        target = node._get_node("_target_") if "_target_" in node else None
+        if target is not None and isinstance(target._value(), str) and "${" not in target._value():
+            _check_target(key, target._value())
+        for k in node.keys():
+            walk(node._get_node(k), f"{key}.{k}")
+
     for key in ("task.module", "task.data"):
-        node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
-        if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
-            continue
-        target = node._target_
-        module, _, name = target.rpartition(".")
-        try:
-            found = importlib.import_module(module) if module else None
-        except ModuleNotFoundError as e:
-            missing = "" if e.name and module.startswith(e.name) else f" (it imports {e.name}, which is not installed)"
-            raise ZooError(f"{key}._target_={target}: module {module} cannot be imported{missing}: {e}; check the "
-                           "name, and that its package is on PYTHONPATH (a task of your own: PYTHONPATH=<its folder>)"
-                           ) from None
-        if found is None or not hasattr(found, name):
-            have = sorted(n for n, v in vars(found).items() if isinstance(v, type) and v.__module__ == module) \
-                if found is not None else []
-            raise ZooError(f"{key}._target_={target}: {module or 'no module'} has no {name!r}; it has "
-                           f"{', '.join(have) or 'no classes'}")
+        walk(OmegaConf.select(cfg, key, throw_on_resolution_failure=False), key)
+
+
+def _check_target(key: str, target: str) -> None:
+    import difflib
+    import importlib
+
+    module, _, name = target.rpartition(".")
+    try:
+        found = importlib.import_module(module) if module else None
+    except ModuleNotFoundError as e:
+        missing = "" if e.name and module.startswith(e.name) else f" (it imports {e.name}, which is not installed)"
+        raise ZooError(f"{key}._target_={target}: module {module} cannot be imported{missing}: {e}; check the "
+                       "name, and that its package is on PYTHONPATH (a task of your own: PYTHONPATH=<its folder>)"
+                       ) from None
+    if found is None or not hasattr(found, name):
+        have = sorted(n for n, v in vars(found).items() if not n.startswith("_") and callable(v)) \
+            if found is not None else []
+        near = [h for h in have if h.lower() == name.lower()] or difflib.get_close_matches(name, have, n=3)
+        raise ZooError(f"{key}._target_={target}: {module or 'no module'} has no {name!r}"
+                       + (f"; did you mean {', '.join(near)}?" if near else
+                          f"; it has {', '.join(have[:8]) or 'nothing callable'}"))
