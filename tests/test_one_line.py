@@ -129,7 +129,7 @@ def test_a_target_that_names_a_missing_class_is_one_line_naming_what_exists(tmp_
     with pytest.raises(ZooError) as e:
         check_overrides(["task=toy/typo"])
     assert str(e.value) == ("task.module._target_=toy.module.TinyClasifier: toy.module has no 'TinyClasifier'; "
-                            "it has Blobs, TinyClassifier")
+                            "did you mean TinyClassifier?")
     with pytest.raises(ZooError) as e:
         check_overrides(["task=toy/nomodule"])
     assert "task.module._target_=toy.modle.TinyClassifier: module toy.modle cannot be imported" in str(e.value)
