@@ -3,9 +3,11 @@ in alternated pairs; wall time per training step and dev accuracy of each, media
 
 The commands behind docs/results/nlp.md's comparison table (2 cores, shared machine; the load is printed per run):
 
-    pip install "accelerate>=1.1"   # Trainer needs it; the zoo does not (installed apart: PYTHONPATH=<its folder>)
-    python scripts/evidence/nlp_trainer_compare.py --encoder minilm --data subj --steps 100 --pairs 5
-    python scripts/evidence/nlp_trainer_compare.py --encoder mpnet --data cr --steps 20 --pairs 5
+    pip install --target /tmp/hf_extra --no-deps "accelerate>=1.1" psutil   # Trainer needs them; the zoo does not
+    PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder minilm --data subj \
+        --steps 100 --pairs 5 --threads 1
+    PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder mpnet --data cr \
+        --steps 6 --pairs 5 --freeze-layers 8 --threads 1   # stopped after its first pair (docs/results/nlp.md)
 
 Both sides get the same encoder folder (nlp.models.hub.resolve), the same rows (nlp.files.read_rows) and token ids
 (nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps, weight decay 0.01
