@@ -7,7 +7,8 @@ The commands behind docs/results/nlp.md's comparison table (2 cores, shared mach
     PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder minilm --data subj \
         --steps 100 --pairs 5 --threads 1
     PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder mpnet --data cr \
-        --steps 6 --pairs 5 --freeze-layers 8 --threads 1   # stopped after its first pair (docs/results/nlp.md)
+        --steps 6 --pairs 5 --freeze-layers 8 --threads 1   # stopped after its first pair (docs/results/nlp.md),
+    # then the same with --pairs 2 --seed 1
 
 Both sides get the same encoder folder (nlp.models.hub.resolve), the same rows (nlp.files.read_rows) and token ids
 (nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps, weight decay 0.01
