@@ -349,11 +349,11 @@ def check_targets(cfg: Any) -> None:
     def walk(node: Any, key: str) -> None:
         if not isinstance(node, DictConfig):
             return
-        target = node._get_node("_target_") if "_target_" in node else None
-        if target is not None and isinstance(target._value(), str) and "${" not in target._value():
-            _check_target(key, target._value())
+        raw = node._get_node("_target_")._value() if "_target_" in node else None  # type: ignore[union-attr]
+        if isinstance(raw, str) and "${" not in raw:
+            _check_target(key, raw)
         for k in node.keys():
-            walk(node._get_node(k), f"{key}.{k}")
+            walk(node._get_node(k), f"{key}.{k!s}")
 
     for key in ("task.module", "task.data"):
         walk(OmegaConf.select(cfg, key, throw_on_resolution_failure=False), key)
