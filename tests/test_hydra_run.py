@@ -72,5 +72,11 @@ def test_help_only_prints():
     from zoo.core.hydra_run import only_prints, parse_args
 
     assert only_prints(parse_args(["--help"])[0]) and not only_prints(parse_args(["x=1"])[0])
-    args, _ = parse_args(["-m", "a=1,2", "--cfg", "job"])
-    assert args.multirun and args.cfg == "job" and args.overrides == ["a=1,2"]
+    args, _ = parse_args(["--cfg", "job", "a=1,2"])
+    assert args.cfg == "job" and args.overrides == ["a=1,2"]
+    args, _ = parse_args(["-m", "a=1,2"])
+    assert args.multirun and args.overrides == ["a=1,2"]
+    from zoo.errors import ZooError
+
+    with pytest.raises(ZooError, match="-m and --cfg cannot go together"):  # Hydra's own refusal: a traceback
+        parse_args(["-m", "a=1,2", "--cfg", "job"])
