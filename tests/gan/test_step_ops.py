@@ -3,7 +3,8 @@
 At batch 32 a DCGAN step is a few GFLOP, so on a GPU its time is the host dispatching and launching ops, not the
 device computing. The counts below are every aten op a TorchDispatchMode sees during `training_step` (D step, G
 step, both optimiser steps, the EMA update), views and bookkeeping included: the same count as the 336 ops measured
-on an H200 before gan/speed.py (458 on CPU, where torch's Adam then looped per parameter). docs/results/gan.md has the table.
+on an H200 before gan/speed.py (458 on CPU, where torch's Adam then looped per parameter). docs/results/gan.md has
+the table.
 """
 
 from __future__ import annotations
