@@ -2,7 +2,8 @@
 
 `export_hf` writes config.json (with id2label/label2id), model.safetensors and the tokenizer files, loadable with
 `AutoModelForSequenceClassification.from_pretrained(dir)` and `AutoTokenizer.from_pretrained(dir)`.
-`HFExport` does it at the end of fit with the best checkpoint's weights: `<run_dir>/hf_model/`.
+`HFExport` does it at the end of fit with the best checkpoint's weights: `<run_dir>/hf_model/`, written into a temp
+folder first and renamed into place, so a kill mid-write leaves the earlier folder (or none), never half of one.
 From a checkpoint: `python -m zoo export ckpt_path=<ckpt|run dir> export.format=hf` (nlp/deploy.py's NATIVE).
 """
 
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from zoo.core import owned
 from zoo.core.checkpoint import load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -86,6 +89,30 @@ class HFExport(Callback):
         best = getattr(ckpt, "best_model_path", "") if ckpt is not None else ""
         if best and Path(best).is_file():
             state = load_checkpoint(best)["state_dict"]
-        out = export_hf(pl_module, Path(trainer.default_root_dir) / self.dirname, state)
+        run = Path(trainer.default_root_dir)
+        tmp = owned.temp_dir(run, prefix=f".{self.dirname}.")
+        try:
+            export_hf(pl_module, tmp, state)
+            out = place(tmp, run / self.dirname)
+        finally:
+            owned.remove(tmp)  # gone already unless the write failed
         log.info("saved the %s model in Hugging Face format to %s", "best" if state else "last", out)
+
+
+def place(new: Path, out: Path) -> Path:
+    """Put the finished folder `new` at `out`. An `out` already there is this run's own (a new run is refused a
+    folder holding one; a resumed run wrote it before it stopped) and is replaced when it holds only the files an
+    export writes; with anything else in it, it stays as it is and the new folder goes beside it."""
+    if out.exists():
+        try:
+            owned.replace_listed(new, out, owned.listed_files(new))
+            return out
+        except FileExistsError:
+            beside = owned.created(out.with_name(f"{out.name}-{new.name.rsplit('.', 2)[-2]}"))
+            os.replace(new, beside)
+            log.warning("%s holds files a Hugging Face export does not write; kept it, wrote the new one to %s",
+                        out, beside)
+            return beside
+    os.replace(new, owned.created(out))
+    return out
 

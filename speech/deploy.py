@@ -16,6 +16,7 @@ a DFT basis (speech/whisper_frontend.py), so it is inside the graph, and the len
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ import numpy as np
 import torch
 
 from zoo.kit.deploy import Examples, Graph, compare
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("onnx", "torchscript")
 WHY_NOT = {"exported_program": "torch.export cannot trace the packed LSTM"}
@@ -166,6 +169,35 @@ class Handler:
             self.front = module.features if module is not None else LogMel(self.rate, int(pre["n_mels"]))
         self.tokens = meta["vocabulary"]
         self.max_seconds = float(pre.get("max_seconds", 60.0))
+        self.whisper = "Whisper" in str(pre.get("normalization", ""))
+
+    def calibrate(self, infer: Any) -> None:
+        """An exported Whisper graph adds its silence to every clip inside the graph, so it takes less than its 30 s
+        window; exports made before model.json recorded that still say 30 s, and a clip just under it failed inside
+        the runtime (HTTP 500). Probe the graph once at the recorded limit and, where it fails, find to 10 ms what
+        it takes, so such a clip gets the 422 a too-long one gets."""
+        if not (self.whisper and self.wave_input):
+            return
+
+        def takes(n: int) -> bool:
+            try:
+                infer({"wave": np.zeros((1, n), np.float32), "lengths": np.array([n], np.int64)})
+                return True
+            except Exception:  # noqa: BLE001 - onnxruntime's and torch's shape errors share no base class
+                return False
+
+        fails = int(self.max_seconds * self.rate)
+        if takes(fails):
+            return
+        ok = fails - 2 * self.rate  # Whisper's silence is a second or less: 2 s below, the window holds
+        if not takes(ok):
+            return
+        while fails - ok > self.rate // 100:
+            mid = (ok + fails) // 2
+            ok, fails = (mid, fails) if takes(mid) else (ok, mid)
+        log.warning("this export says it takes %g s, but its graph (with the silence it adds) takes %.2f s: clips "
+                    "longer get a 422; export the checkpoint again to record it", self.max_seconds, ok / self.rate)
+        self.max_seconds = ok / self.rate
 
     def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
         import io

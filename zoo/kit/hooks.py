@@ -48,7 +48,9 @@ class DeployHooks(Protocol):
     def parity(self, ref: list, out: list) -> dict: ...
     def score(self, outputs: list, targets: list) -> tuple[str, float]: ...
 
-    Handler: type  # Handler(meta, folder, module): content_types, decode(body, type) -> arrays, encode(outputs, item)
+    # Handler(meta, folder, module): content_types, decode(body, type) -> arrays, encode(outputs, item); optional
+    # calibrate(infer), called once when an export is served
+    Handler: type
 
 
 class BenchHooks(Protocol):
