@@ -1,14 +1,13 @@
 """nlp/bert beside transformers' `Trainer`: the same fine-tune through `python -m zoo train` and through `Trainer`,
 in alternated pairs; wall time per training step and dev accuracy of each, median and range.
 
-The commands behind docs/results/nlp.md's comparison table (2 cores, shared machine; the load is printed per run):
+The commands behind docs/results/nlp.md's comparison tables (2 cores; the load is printed per run):
 
     pip install --target /tmp/hf_extra --no-deps "accelerate>=1.1" psutil   # Trainer needs them; the zoo does not
     PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder minilm --data subj \
         --steps 100 --pairs 5 --threads 1
     PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder mpnet --data cr \
-        --steps 6 --pairs 5 --freeze-layers 8 --threads 1   # stopped after its first pair (docs/results/nlp.md),
-    # then the same with --pairs 2 --seed 1
+        --steps 50 --pairs 5 --freeze-layers 8 --threads 2   # the idle machine
 
 Both sides get the same encoder folder (nlp.models.hub.resolve), the same rows (nlp.files.read_rows) and token ids
 (nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps, weight decay 0.01
