@@ -8,6 +8,7 @@ The commands behind docs/results/nlp.md's comparison tables (2 cores; the load i
         --steps 100 --pairs 5 --threads 1
     PYTHONPATH=/tmp/hf_extra python scripts/evidence/nlp_trainer_compare.py --encoder mpnet --data cr \
         --steps 50 --pairs 5 --freeze-layers 8 --threads 2   # the idle machine
+    # and the same with --steps 94 (a full epoch of CR)
 
 Both sides get the same encoder folder (nlp.models.hub.resolve), the same rows (nlp.files.read_rows) and token ids
 (nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps, weight decay 0.01
