@@ -103,16 +103,13 @@ def place(new: Path, out: Path) -> Path:
     """Put the finished folder `new` at `out`. An `out` already there is this run's own (a new run is refused a
     folder holding one; a resumed run wrote it before it stopped) and is replaced when it holds only the files an
     export writes; with anything else in it, it stays as it is and the new folder goes beside it."""
-    if out.exists():
-        try:
-            owned.replace_listed(new, out, owned.listed_files(new))
-            return out
-        except FileExistsError:
-            beside = owned.created(out.with_name(f"{out.name}-{new.name.rsplit('.', 2)[-2]}"))
-            os.replace(new, beside)
-            log.warning("%s holds files a Hugging Face export does not write; kept it, wrote the new one to %s",
-                        out, beside)
-            return beside
-    os.replace(new, owned.created(out))
-    return out
+    try:
+        owned.replace_listed(new, out, owned.listed_files(new))
+        return out
+    except FileExistsError:
+        beside = owned.created(out.with_name(f"{out.name}-{new.name.rsplit('.', 2)[-2]}"))
+        os.replace(new, beside)
+        log.warning("%s holds files a Hugging Face export does not write; kept it, wrote the new one to %s", out,
+                    beside)
+        return beside
 

@@ -175,8 +175,11 @@ class Handler:
         """An exported Whisper graph adds its silence to every clip inside the graph, so it takes less than its 30 s
         window; exports made before model.json recorded that still say 30 s, and a clip just under it failed inside
         the runtime (HTTP 500). Probe the graph once at the recorded limit and, where it fails, find to 10 ms what
-        it takes, so such a clip gets the 422 a too-long one gets."""
-        if not (self.whisper and self.wave_input):
+        it takes, so such a clip gets the 422 a too-long one gets. Only an export that recorded the whole window can
+        be stale: one that adds silence records less since, and is served without a probe."""
+        from speech.models.whisper import WINDOW_SECONDS
+
+        if not (self.whisper and self.wave_input) or self.max_seconds < WINDOW_SECONDS:
             return
 
         def takes(n: int) -> bool:

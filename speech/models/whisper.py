@@ -29,6 +29,7 @@ SIZES: dict[str, dict[str, int]] = {
     "small": {"d_model": 768, "layers": 12, "heads": 12, "ffn": 3072},
 }
 MAX_POSITIONS = 1500  # 30 s: two mel frames per position
+WINDOW_SECONDS = 2 * MAX_POSITIONS * HOP / RATE  # 30.0: the longest input the position table holds
 
 
 def sinusoids(length: int, channels: int) -> torch.Tensor:
@@ -170,7 +171,7 @@ class WhisperCTC(nn.Module):
     def max_input_seconds(self) -> float:
         """The longest clip the encoder takes: Whisper's 30 s window (its position table), less the silence this
         model adds around every clip."""
-        return (2 * MAX_POSITIONS * HOP - self.lead - self.tail) / RATE
+        return (WINDOW_SECONDS * RATE - self.lead - self.tail) / RATE
 
     def with_silence(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch with `silence_lead` zeros before each clip and `silence_tail` zeros right after its end (tensor
