@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig
 from nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
 from nlp.metrics import make_metrics
 from nlp.models import freeze, load_classifier, load_config, load_tokenizer, param_groups
+from nlp.models.hub import attention_kwargs, with_dropout
 from zoo.base import plain
 from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
@@ -35,7 +36,7 @@ class SequenceClassifier(pl.LightningModule):
                  label_names: list[str] | None = None, task_type: str = "classification",
                  metrics: list[str] | None = None, weight_decay: float = 0.01, layer_decay: float = 1.0,
                  freeze_embeddings: bool = False, freeze_layers: int = 0, classifier_dropout: float | None = None,
-                 worst_k: int = 10, export_hf: bool = True,
+                 dropout: float | None = None, attention: str = "auto", worst_k: int = 10, export_hf: bool = True,
                  encoder_config: dict | None = None, optimizer: Any = None, scheduler: Any = None) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -50,6 +51,9 @@ class SequenceClassifier(pl.LightningModule):
             raise ZooError("classification needs label names (the data module provides them); "
                            "set task.data.task_type=regression for numeric targets")
         self.num_labels = 1 if task_type == "regression" else len(label_names)
+        attention_kwargs(attention)  # a wrong name is one line here, before any weights load
+        if dropout is not None and not 0.0 <= float(dropout) < 1.0:
+            raise ZooError(f"task.module.dropout={dropout} is outside [0, 1): the probability of dropping a unit")
         self.pretrained_report: dict | None = None
         resumed = resumed_checkpoint()
         if resumed is not None and encoder_config is None:  # a resume: its checkpoint restores every tensor next
@@ -69,7 +73,7 @@ class SequenceClassifier(pl.LightningModule):
             from transformers import AutoConfig, AutoModelForSequenceClassification
 
             config = AutoConfig.for_model(**encoder_config)
-            self.model = AutoModelForSequenceClassification.from_config(config)
+            self.model = AutoModelForSequenceClassification.from_config(config, **attention_kwargs(attention))
             self.tokenizer = None
         self.model.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
         self._freeze(freeze_embeddings, freeze_layers)
@@ -86,14 +90,16 @@ class SequenceClassifier(pl.LightningModule):
 
         kind = pt.choice(pretrained)
         try:
-            config = load_config(encoder, kind == "true", **self._head_config())
-            self.model, info, where = load_classifier(encoder, config, kind in ("true", "auto"), with_info=True)
+            config = self._config(encoder, kind == "true")
+            self.model, info, where = load_classifier(encoder, config, kind in ("true", "auto"), with_info=True,
+                                                      attention=self.hparams.attention)
         except ZooError as e:
             if kind != "auto":
                 raise
             log.warning("pretrained=auto: no weights for %s (%s); training from RANDOM INIT", encoder, e)
-            config = load_config(encoder, False, **self._head_config())
-            self.model, info, where = load_classifier(encoder, config, False, with_info=True)
+            config = self._config(encoder, False)
+            self.model, info, where = load_classifier(encoder, config, False, with_info=True,
+                                                      attention=self.hparams.attention)
         if kind == "source":
             self.pretrained_report = pt.announce(pt.transfer(self.model, str(pretrained), config))
         elif where != "random init":
@@ -114,6 +120,12 @@ class SequenceClassifier(pl.LightningModule):
         if frozen:
             what = f"embeddings and the bottom {layers} of {total} layers" if layers else "embeddings"
             log.info("frozen: the %s (%.1f M parameters); the rest trains", what, frozen / 1e6)
+
+    def _config(self, encoder: str, pretrained: bool) -> Any:
+        """The encoder's config with this task's head, and the run's dropout where it sets one (then saved in the
+        checkpoint's encoder_config, so a resume trains with the same)."""
+        config = load_config(encoder, pretrained, **self._head_config())
+        return config if self.hparams.dropout is None else with_dropout(config, self.hparams.dropout)
 
     def _head_config(self) -> dict:
         hp = self.hparams

@@ -34,6 +34,9 @@ ALIASES: dict[str, str] = {
     "mpnet": "sentence-transformers/all-mpnet-base-v2",
     "all-mpnet-base-v2": "sentence-transformers/all-mpnet-base-v2",
 }
+# Attention implementations a run may pin (transformers picks sdpa where the encoder has it, else eager): on a CPU,
+# short sentences and no dropout, eager ran the MiniLM step faster than sdpa (docs/results/nlp.md).
+ATTENTION = ("eager", "sdpa")
 # Encoders the presets use, shown by `zoo list nlp/bert`. Any other hub id or local directory works too.
 KNOWN = [
     "sentence-transformers/all-MiniLM-L6-v2",  # 6 layers, 384 wide, 22.7 M params: offline default (packaged)
@@ -208,7 +211,24 @@ def load_config(name: str, pretrained: bool = True, **overrides):
         raise _load_error("config", source, e) from None
 
 
-def load_classifier(name: str, config, pretrained: bool = True, with_info: bool = False):
+def with_dropout(config, p: float):
+    """`config` with hidden and attention-probability dropout `p`, under whichever names its architecture uses."""
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+        if hasattr(config, key):
+            setattr(config, key, float(p))
+    return config
+
+
+def attention_kwargs(attention: str | None) -> dict:
+    """from_pretrained/from_config keywords for an attention implementation: auto (transformers' pick), eager, sdpa."""
+    if attention in (None, "auto"):
+        return {}
+    if attention not in ATTENTION:
+        raise ZooError(f"task.module.attention={attention} is not one of {', '.join(('auto', *ATTENTION))}")
+    return {"attn_implementation": attention}
+
+
+def load_classifier(name: str, config, pretrained: bool = True, with_info: bool = False, attention: str | None = None):
     """AutoModelForSequenceClassification for `config`, with the encoder weights of `name` when `pretrained`.
 
     A head whose size differs from the saved one (another label set) is re-initialised instead of failing.
@@ -216,15 +236,16 @@ def load_classifier(name: str, config, pretrained: bool = True, with_info: bool 
     """
     from transformers import AutoModelForSequenceClassification
 
+    kwargs = attention_kwargs(attention)
     if not pretrained:
-        model = AutoModelForSequenceClassification.from_config(config)
+        model = AutoModelForSequenceClassification.from_config(config, **kwargs)
         return (model, {}, "random init") if with_info else model
     source = resolve(name)
     try:
         with quiet_load(source.local_only):
             model, info = AutoModelForSequenceClassification.from_pretrained(
                 source.location, config=config, local_files_only=source.local_only, ignore_mismatched_sizes=True,
-                output_loading_info=True,
+                output_loading_info=True, **kwargs,
             )
     except (OSError, ValueError) as e:
         raise _load_error("weights", source, e) from None

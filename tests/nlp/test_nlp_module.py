@@ -11,6 +11,7 @@ import torch
 
 from nlp.data import TextDataModule
 from nlp.models import layer_id, param_groups, resolve
+from nlp.models.hub import with_dropout
 from nlp.module import SequenceClassifier
 from nlp.predict import predict, read_inputs
 from zoo.errors import ZooError
@@ -52,6 +53,29 @@ def test_freezing_stops_training_below_the_chosen_layer(tiny_encoder):
     assert lower.model.bert.encoder.layer[1].output.dense.weight.grad is not None
     with pytest.raises(ZooError, match=r"freeze_layers=3 is outside 0..2"):
         make(tiny_encoder, freeze_layers=3)
+
+
+def test_dropout_and_attention_are_set_per_run_and_kept_by_the_checkpoint(tiny_encoder):
+    from transformers import DistilBertConfig
+
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    default = make(tiny_encoder)
+    assert default.model.training and not torch.equal(default(ids, torch.ones_like(ids)),
+                                                      default(ids, torch.ones_like(ids)))  # dropout on
+    quiet = make(tiny_encoder, dropout=0.0, attention="eager")
+    config = quiet.model.config
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob) == (0.0, 0.0)
+    assert config._attn_implementation == "eager"
+    torch.testing.assert_close(quiet(ids, torch.ones_like(ids)), quiet(ids, torch.ones_like(ids)))  # training mode
+    # What a checkpoint rebuilds from: its encoder_config carries the dropout, the hparams the attention.
+    rebuilt = make(tiny_encoder, encoder_config=quiet.hparams.encoder_config, attention="eager")
+    assert rebuilt.model.config.hidden_dropout_prob == 0.0 and rebuilt.model.config._attn_implementation == "eager"
+    distil = with_dropout(DistilBertConfig(), 0.05)  # another architecture's names
+    assert (distil.dropout, distil.attention_dropout) == (0.05, 0.05)
+    with pytest.raises(ZooError, match=r"task.module.attention=flash is not one of auto, eager, sdpa"):
+        make(tiny_encoder, attention="flash")
+    with pytest.raises(ZooError, match=r"task.module.dropout=1.5 is outside \[0, 1\)"):
+        make(tiny_encoder, dropout=1.5)
 
 
 def test_layerwise_lr_decay_scales_lower_layers_down(tiny_encoder):

@@ -1,0 +1,97 @@
+"""Time of one nlp/bert training step on this CPU under the knobs that change it: precision (32-true, bf16-mixed),
+dropout (the encoder's own, 0) and attention (transformers' pick, eager), each against the default, side by side.
+
+    python scripts/evidence/nlp_step_knobs.py                          # MiniLM, batch 32 x 32 tokens, 5 rounds
+    python scripts/evidence/nlp_step_knobs.py --encoder mpnet --batch 32 --length 32 --rounds 5 --threads 2
+
+One process builds every variant with the zoo's own loaders (nlp.models: load_config, load_classifier, the run's
+dropout and attention), then runs the variants in turn, a round at a time (round i starts at variant i, so no
+variant always runs first): each times --steps steps of forward, backward, clipping at 1.0 and a foreach AdamW
+step (as a zoo run on a CPU builds it) after --warmup untimed ones, and keeps the median step. The table gives each
+variant's median step over the rounds and its ratio to the default in the same round: median and range.
+Synthetic token ids with a full attention mask: what is timed is the arithmetic, not the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import Spread
+
+VARIANTS = {  # name -> (autocast to bfloat16, dropout override, attention)
+    "default (32-true)": (False, None, "auto"),
+    "dropout 0, eager": (False, 0.0, "eager"),
+    "bf16-mixed": (True, None, "auto"),
+    "bf16-mixed, dropout 0, eager": (True, 0.0, "eager"),
+}
+
+
+def build(encoder: str, dropout: float | None, attention: str):
+    from nlp.models import load_classifier, load_config
+    from nlp.models.hub import with_dropout
+
+    config = load_config(encoder, True, num_labels=2)
+    if dropout is not None:
+        config = with_dropout(config, dropout)
+    model = load_classifier(encoder, config, True, attention=attention)
+    return model.train()
+
+
+def step_time(model, optimizer, batch: dict, bf16: bool, steps: int, warmup: int) -> float:
+    import torch
+
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--encoder", default="minilm", help="alias, hub id or folder (default: minilm)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=32, help="tokens per sentence")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    ids = torch.randint(1000, 20000, (args.batch, args.length))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.randint(0, 2, (args.batch,))}
+    names = list(VARIANTS)
+    models = {n: build(args.encoder, d, a) for n, (_, d, a) in VARIANTS.items()}
+    optimizers = {n: torch.optim.AdamW(m.parameters(), lr=1e-6, foreach=True) for n, m in models.items()}
+    per_round: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        times = {n: step_time(models[n], optimizers[n], batch, VARIANTS[n][0], args.steps, args.warmup)
+                 for n in order}
+        per_round.append(times)
+        print(f"round {r}: " + ", ".join(f"{n} {times[n] * 1000:.0f} ms" for n in names), flush=True)
+    base = names[0]
+    print(f"\n{args.encoder}, batch {args.batch} x {args.length} tokens, {args.threads} threads, "
+          f"{args.rounds} rounds of {args.steps} steps\n")
+    print("| variant | step ms (median) | / default: median (min, max) |")
+    print("|---|---:|---|")
+    for n in names:
+        ms = Spread.of(t[n] * 1000 for t in per_round)
+        ratio = Spread.of(t[n] / t[base] for t in per_round)
+        print(f"| {n} | {ms.median:.0f} | {ratio.median:.3f} ({ratio.min:.3f}, {ratio.max:.3f}) |")
+
+
+if __name__ == "__main__":
+    main()
