@@ -72,7 +72,9 @@ class SequenceClassifier(pl.LightningModule):
         else:  # from a checkpoint: architecture from hparams, weights from the state dict, tokenizer restored later
             from transformers import AutoConfig, AutoModelForSequenceClassification
 
-            config = AutoConfig.for_model(**encoder_config)
+            # The run's dropout wins over the recorded one: a resume that changes it trains (and records) the new value.
+            config = self._run_dropout(AutoConfig.for_model(**encoder_config))
+            self.hparams["encoder_config"] = json.loads(config.to_json_string())
             self.model = AutoModelForSequenceClassification.from_config(config, **attention_kwargs(attention))
             self.tokenizer = None
         self.model.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
@@ -122,10 +124,16 @@ class SequenceClassifier(pl.LightningModule):
             log.info("frozen: the %s (%.1f M parameters); the rest trains", what, frozen / 1e6)
 
     def _config(self, encoder: str, pretrained: bool) -> Any:
-        """The encoder's config with this task's head, and the run's dropout where it sets one (then saved in the
-        checkpoint's encoder_config, so a resume trains with the same)."""
-        config = load_config(encoder, pretrained, **self._head_config())
-        return config if self.hparams.dropout is None else with_dropout(config, self.hparams.dropout)
+        """The encoder's config with this task's head and the run's dropout (saved in the checkpoint's
+        encoder_config)."""
+        return self._run_dropout(load_config(encoder, pretrained, **self._head_config()))
+
+    def _run_dropout(self, config: Any) -> Any:
+        """`config` with the dropout values this run sets (None: as the config has them)."""
+        hp = self.hparams
+        if hp.classifier_dropout is not None:
+            config.classifier_dropout = hp.classifier_dropout
+        return config if hp.dropout is None else with_dropout(config, hp.dropout)
 
     def _head_config(self) -> dict:
         hp = self.hparams
@@ -136,8 +144,6 @@ class SequenceClassifier(pl.LightningModule):
             kw["problem_type"] = "single_label_classification"
             kw["id2label"] = dict(enumerate(hp.label_names))
             kw["label2id"] = {n: i for i, n in enumerate(hp.label_names)}
-        if hp.classifier_dropout is not None:
-            kw["classifier_dropout"] = hp.classifier_dropout
         return kw
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -121,11 +121,13 @@ def predict_stdin(tmp_path: Path, run: Path, text: str):
 @pytest.mark.slow
 def test_resume_after_mid_epoch_sigterm_then_predict_from_stdin(run_zoo, tmp_path, tiny_encoder):
     """SIGTERM after step 3 of a 5-batch epoch: exit 143, last.ckpt mid-epoch; `ckpt_path=<run dir>` resumes to the
-    end of the requested 2 epochs. Then the resumed run predicts texts piped into `input=-`, commas and all."""
+    end of the requested 2 epochs, with the dropout it asks for (trained and recorded, not the checkpoint's). Then the
+    resumed run predicts texts piped into `input=-`, commas and all."""
     import torch
 
     args = [*files_args(tmp_path, tiny_encoder), "trainer=debug", "trainer.limit_train_batches=5",
-            "trainer.max_epochs=2", "test_after_fit=false", *QUIET]
+            "trainer.max_epochs=2", "test_after_fit=false", "task.module.dropout=0", "task.module.attention=eager",
+            *QUIET]
     stopped = run_zoo("train", *args, SIGTERM_AT, "+callbacks.sigterm.step=3", env=ONE)
     assert stopped.returncode == 143, stopped.stdout[-3000:]
     (run,) = run_dirs(tmp_path, "nlp/bert")
@@ -133,7 +135,7 @@ def test_resume_after_mid_epoch_sigterm_then_predict_from_stdin(run_zoo, tmp_pat
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 3 and ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0
 
-    resumed = run_zoo("train", f"ckpt_path={run}", env=ONE)
+    resumed = run_zoo("train", f"ckpt_path={run}", "task.module.dropout=0.2", env=ONE)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "finished nlp/bert" in resumed.stdout and "`max_epochs=2` reached" in resumed.stdout
 
@@ -146,6 +148,8 @@ def test_resume_after_mid_epoch_sigterm_then_predict_from_stdin(run_zoo, tmp_pat
     ckpt = torch.load(last, map_location="cpu", weights_only=True)
     # last.ckpt itself moved on (it once stayed at the SIGTERM step while a last-v1.ckpt took the new state)
     assert ckpt["global_step"] == 10 and not list(last.parent.glob("last-v*.ckpt"))
+    hp = ckpt["hyper_parameters"]
+    assert (hp["dropout"], hp["encoder_config"]["hidden_dropout_prob"], hp["attention"]) == (0.2, 0.2, "eager")
 
 
 @pytest.mark.slow

@@ -70,6 +70,11 @@ def test_dropout_and_attention_are_set_per_run_and_kept_by_the_checkpoint(tiny_e
     # What a checkpoint rebuilds from: its encoder_config carries the dropout, the hparams the attention.
     rebuilt = make(tiny_encoder, encoder_config=quiet.hparams.encoder_config, attention="eager")
     assert rebuilt.model.config.hidden_dropout_prob == 0.0 and rebuilt.model.config._attn_implementation == "eager"
+    # A resume that asks for other dropout values trains with them and records them (not the checkpoint's).
+    changed = make(tiny_encoder, encoder_config=quiet.hparams.encoder_config, dropout=0.3, classifier_dropout=0.2)
+    assert changed.model.config.attention_probs_dropout_prob == 0.3 and changed.model.dropout.p == 0.2
+    assert changed.hparams.encoder_config["hidden_dropout_prob"] == 0.3
+    assert changed.hparams.encoder_config["classifier_dropout"] == 0.2
     distil = with_dropout(DistilBertConfig(), 0.05)  # another architecture's names
     assert (distil.dropout, distil.attention_dropout) == (0.05, 0.05)
     with pytest.raises(ZooError, match=r"task.module.attention=flash is not one of auto, eager, sdpa"):
