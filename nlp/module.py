@@ -23,6 +23,7 @@ from nlp.models import freeze, load_classifier, load_config, load_tokenizer, par
 from nlp.models.hub import attention_kwargs, with_dropout
 from zoo.base import plain
 from zoo.core.resume import resumed_checkpoint
+from zoo.core.validate import check_probability
 from zoo.errors import ZooError
 from zoo.kit import tb
 from zoo.kit.optim import configure
@@ -52,8 +53,8 @@ class SequenceClassifier(pl.LightningModule):
                            "set task.data.task_type=regression for numeric targets")
         self.num_labels = 1 if task_type == "regression" else len(label_names)
         attention_kwargs(attention)  # a wrong name is one line here, before any weights load
-        if dropout is not None and not 0.0 <= float(dropout) < 1.0:
-            raise ZooError(f"task.module.dropout={dropout} is outside [0, 1): the probability of dropping a unit")
+        if dropout is not None:
+            check_probability("task.module.dropout", float(dropout))
         self.pretrained_report: dict | None = None
         resumed = resumed_checkpoint()
         if resumed is not None and encoder_config is None:  # a resume: its checkpoint restores every tensor next
@@ -67,16 +68,15 @@ class SequenceClassifier(pl.LightningModule):
                 if kind == "true":
                     raise
                 self.tokenizer = None  # random init of a built-in architecture: setup() takes the data's tokenizer
-            # Plain JSON values (weights_only-safe); load_from_checkpoint passes it back to __init__.
-            self.hparams["encoder_config"] = json.loads(config.to_json_string())
         else:  # from a checkpoint: architecture from hparams, weights from the state dict, tokenizer restored later
             from transformers import AutoConfig, AutoModelForSequenceClassification
 
             # The run's dropout wins over the recorded one: a resume that changes it trains (and records) the new value.
             config = self._run_dropout(AutoConfig.for_model(**encoder_config))
-            self.hparams["encoder_config"] = json.loads(config.to_json_string())
             self.model = AutoModelForSequenceClassification.from_config(config, **attention_kwargs(attention))
             self.tokenizer = None
+        # Plain JSON values (weights_only-safe); load_from_checkpoint passes it back to __init__.
+        self.hparams["encoder_config"] = json.loads(config.to_json_string())
         self.model.train()  # from_pretrained returns eval mode, and Lightning keeps submodule modes (no dropout)
         self._freeze(freeze_embeddings, freeze_layers)
         names = list(metrics or (["acc"] if task_type == "classification" else ["pearson", "spearman"]))

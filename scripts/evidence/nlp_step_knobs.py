@@ -4,8 +4,8 @@ dropout (the encoder's own, 0) and attention (transformers' pick, eager), each a
     python scripts/evidence/nlp_step_knobs.py                          # MiniLM, batch 32 x 32 tokens, 5 rounds
     python scripts/evidence/nlp_step_knobs.py --encoder mpnet --batch 32 --length 32 --rounds 5 --threads 2
 
-One process builds every variant with the zoo's own loaders (nlp.models: load_config, load_classifier, the run's
-dropout and attention), then runs the variants in turn, a round at a time (round i starts at variant i, so no
+One process builds every variant as a run does (nlp.module.SequenceClassifier with the run's dropout and
+attention), then runs the variants in turn, a round at a time (round i starts at variant i, so no
 variant always runs first): each times --steps steps of forward, backward, clipping at 1.0 and a foreach AdamW
 step (as a zoo run on a CPU builds it) after --warmup untimed ones, and keeps the median step. The table gives each
 variant's median step over the rounds and its ratio to the default in the same round: median and range.
@@ -28,14 +28,11 @@ VARIANTS = {  # name -> (autocast to bfloat16, dropout override, attention)
 
 
 def build(encoder: str, dropout: float | None, attention: str):
-    from nlp.models import load_classifier, load_config
-    from nlp.models.hub import with_dropout
+    """The Hugging Face model inside the task's module, built as a run builds it (in training mode)."""
+    from nlp.module import SequenceClassifier
 
-    config = load_config(encoder, True, num_labels=2)
-    if dropout is not None:
-        config = with_dropout(config, dropout)
-    model = load_classifier(encoder, config, True, attention=attention)
-    return model.train()
+    return SequenceClassifier(encoder, pretrained=True, label_names=["0", "1"], dropout=dropout,
+                              attention=attention).model
 
 
 def step_time(model, optimizer, batch: dict, bf16: bool, steps: int, warmup: int) -> float:

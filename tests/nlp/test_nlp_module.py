@@ -79,7 +79,7 @@ def test_dropout_and_attention_are_set_per_run_and_kept_by_the_checkpoint(tiny_e
     assert (distil.dropout, distil.attention_dropout) == (0.05, 0.05)
     with pytest.raises(ZooError, match=r"task.module.attention=flash is not one of auto, eager, sdpa"):
         make(tiny_encoder, attention="flash")
-    with pytest.raises(ZooError, match=r"task.module.dropout=1.5 is outside \[0, 1\)"):
+    with pytest.raises(ZooError, match=r"task.module.dropout=1.5 is a probability: give a value in \[0, 1\)"):
         make(tiny_encoder, dropout=1.5)
 
 

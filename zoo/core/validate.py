@@ -131,8 +131,14 @@ def check_batch_sizes(cfg: Any) -> None:
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
         if number and leaf in AT_LEAST_ONE and v < 1:
             raise ZooError(f"{key}={v} must be at least 1")
-        if number and leaf in PROBABILITY and not 0 <= v < 1:
-            raise ZooError(f"{key}={v} is a probability: give a value in [0, 1)")
+        if number and leaf in PROBABILITY:
+            check_probability(key, v)
+
+
+def check_probability(key: str, v: float) -> None:
+    """A dropout or a smoothing: in [0, 1)."""
+    if not 0 <= v < 1:
+        raise ZooError(f"{key}={v} is a probability: give a value in [0, 1)")
 
 
 def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
