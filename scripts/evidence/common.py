@@ -193,3 +193,44 @@ class Spread:
     def median_range(self, fmt: str = ".2f") -> str:
         """"median M (min A, max B)"."""
         return f"median {self.median:{fmt}} (min {self.min:{fmt}}, max {self.max:{fmt}})"
+
+
+# ------------------------------------------------------------------------------------------------------ records
+# Every number the docs quote comes from one record: a JSON file under docs/results/records/, written by the command
+# that measured it. Tables in README.md, the guides and the results pages are rendered from these files.
+RECORDS = ROOT / "docs" / "results" / "records"
+
+
+def commit() -> str:
+    """The checkout's commit (with "+dirty" when files differ from it): which code measured a number."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def write_record(record_id: str, value: float | int | str, *, metric: str, command: str, unit: str = "",
+                 preset: str | None = None, load: str | None = None, extra: dict | None = None) -> Path:
+    """Write (or replace) docs/results/records/<record_id>.json: the value, what it measures, the command a reader
+    runs to measure it again, the commit and date, the machine's load while it ran. `record_id` is lower-case
+    `<domain>.<what>` (e.g. `speech.so762_wer`); `extra` holds the figures a table shows beside it (spreads, seeds,
+    seconds), plain JSON values only."""
+    import datetime
+    import json
+
+    if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)+", record_id):
+        raise ValueError(f"record id {record_id!r}: lower-case <domain>.<what>")
+    record = {"id": record_id, "value": value, "metric": metric, "unit": unit, "command": command,
+              "preset": preset, "commit": commit(), "date": datetime.date.today().isoformat(),
+              "machine": f"{os.cpu_count()} CPU cores", "load": load if load is not None else f"{load1():.1f}",
+              "extra": extra or {}}
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    path = RECORDS / f"{record_id}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path

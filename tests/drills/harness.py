@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from PIL import Image
+
 from zoo.testing import ROOT, zoo_env
 
 TESTS = ROOT / "tests"
-TOY = TESTS / "toy_task"
+TOY_TASK = TESTS / "toy_task"
 EXIT_CODES = {0, 2, 130, 143}
 
 
@@ -65,7 +67,7 @@ def checksums(folder: Path) -> dict[str, str]:
 
 def env_for(where: Path) -> dict:
     """The toy task (tests/toy_task) on the config path, tests/ on PYTHONPATH (signal_after)."""
-    return zoo_env(where, ZOO_CONFIG_PATH=str(TOY / "configs"), PYTHONPATH=f"{ROOT}:{TOY}:{TESTS}",
+    return zoo_env(where, ZOO_CONFIG_PATH=str(TOY_TASK / "configs"), PYTHONPATH=f"{ROOT}:{TOY_TASK}:{TESTS}",
                    OMP_NUM_THREADS="1")
 
 
@@ -149,3 +151,55 @@ def user_files(folder: Path) -> None:
     (folder / "notes.txt").write_text("precious\n")
     (folder / "sub" / "picture.bin").write_bytes(os.urandom(256))
     (folder / "model.json").write_text("{}\n")
+
+
+# ------------------------------------------------------------------ shared by every row file
+TOY = ["task=toy/blobs", "trainer.enable_progress_bar=false"]
+VISION = ["task=vision/resnet", "task.data.dataset=imagefolder", "trainer=debug", "trainer.max_epochs=1",
+          "trainer.enable_progress_bar=false", "task.data.image_size=16", "task.module.arch=resnet10t",
+          "task.module.pretrained=false", "task.data.num_workers=0"]
+SIGTERM_AT_STEP_3 = ["+callbacks.sig._target_=signal_after.SignalAfter", "+callbacks.sig.step=3",
+                     "+callbacks.sig.name=SIGTERM"]
+SIGTERM_IN_TEST = ["+callbacks.sig._target_=signal_after.SignalAfter", "+callbacks.sig.step=1",
+                   "+callbacks.sig.name=SIGTERM", "+callbacks.sig.stage=test"]
+RUN_FILES = ["run/checkpoints/*", "run/*.yaml", "run/*.json", "run/cli.log", "run/.hydra/*", "run/tensorboard/*",
+             "run/.zoo.lock"]
+
+
+def image_folder(root: Path, classes: tuple[str, ...], per_class: int = 4) -> None:
+    for split in ("train", "val"):
+        for k, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                Image.new("RGB", (20, 20), color=(40 + 150 * k, i * 40, 90)).save(root / split / name / f"{i}.png")
+
+
+def verb(drill: Drill) -> str:
+    """The verb of a row's commands: train unless its first overrides say otherwise."""
+    first = drill.steps[0].args
+    if first[0] in ("serve", "reproduce", "bench"):
+        return first[0]
+    if any(a.startswith("export.") for a in first):
+        return "export"
+    if "input=" in " ".join(first) or any(a.startswith("input=") for a in first):
+        return "predict"
+    if drill.name.startswith("test-"):
+        return "test"
+    return "train"
+
+
+def play_with_assets(drill: Drill, assets: dict[str, Path], where: Path) -> list[str]:
+    setup = drill.setup
+    drill.setup = (lambda w: setup(w, assets)) if setup else None
+    try:
+        return play(drill, where)
+    finally:
+        drill.setup = setup
+
+
+def play_row(drill: Drill, assets: dict[str, Path], where: Path) -> list[str]:
+    """Prefix each command with the row's verb, then play it with the shared assets."""
+    name = verb(drill)
+    for step in drill.steps:
+        step.args = [name, *step.args] if step.args[:1] != [name] else step.args
+    return play_with_assets(drill, assets, where)

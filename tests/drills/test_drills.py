@@ -13,40 +13,21 @@ import shutil
 from pathlib import Path
 
 import pytest
-from harness import Drill, Step, copy_run, play, run_step, user_files
+from harness import (
+    RUN_FILES,
+    SIGTERM_AT_STEP_3,
+    SIGTERM_IN_TEST,
+    TOY,
+    VISION,
+    Drill,
+    Step,
+    copy_run,
+    image_folder,
+    play_row,
+    run_step,
+    user_files,
+)
 from PIL import Image
-
-TOY = ["task=toy/blobs", "trainer.enable_progress_bar=false"]
-VISION = ["task=vision/resnet", "task.data.dataset=imagefolder", "trainer=debug", "trainer.max_epochs=1",
-          "trainer.enable_progress_bar=false", "task.data.image_size=16", "task.module.arch=resnet10t",
-          "task.module.pretrained=false", "task.data.num_workers=0"]
-SIGTERM_AT_STEP_3 = ["+callbacks.sig._target_=signal_after.SignalAfter", "+callbacks.sig.step=3",
-                     "+callbacks.sig.name=SIGTERM"]
-SIGTERM_IN_TEST = ["+callbacks.sig._target_=signal_after.SignalAfter", "+callbacks.sig.step=1",
-                   "+callbacks.sig.name=SIGTERM", "+callbacks.sig.stage=test"]
-RUN_FILES = ["run/checkpoints/*", "run/*.yaml", "run/*.json", "run/cli.log", "run/.hydra/*", "run/tensorboard/*",
-             "run/.zoo.lock"]
-
-
-@pytest.fixture(scope="session")
-def assets(tmp_path_factory) -> dict[str, Path]:
-    """Trained once for all rows: a toy run, a tiny vision run on two classes of images, its image folder."""
-    base = tmp_path_factory.mktemp("drill-assets")
-    images = base / "images"
-    image_folder(images, ("ants", "bees"))
-    out = {"toy": base / "toy", "vision": base / "vision", "images": images}
-    for name, args in (("toy", TOY), ("vision", [*VISION, f"task.data.root={images}"])):
-        rc, console = run_step(base, Step(["train", *args, f"hydra.run.dir={out[name]}"]))
-        assert rc == 0, console[-3000:]
-    return out
-
-
-def image_folder(root: Path, classes: tuple[str, ...], per_class: int = 4) -> None:
-    for split in ("train", "val"):
-        for k, name in enumerate(classes):
-            (root / split / name).mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                Image.new("RGB", (20, 20), color=(40 + 150 * k, i * 40, 90)).save(root / split / name / f"{i}.png")
 
 
 def best_line(console: str) -> str:
@@ -309,35 +290,9 @@ def same_prediction(console: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the suite
-def verb(drill: Drill) -> str:
-    """The verb of a row's commands: train unless its first overrides say otherwise."""
-    first = drill.steps[0].args
-    if first[0] in ("serve", "reproduce", "bench"):
-        return first[0]
-    if any(a.startswith("export.") for a in first):
-        return "export"
-    if "input=" in " ".join(first) or any(a.startswith("input=") for a in first):
-        return "predict"
-    if drill.name.startswith("test-"):
-        return "test"
-    return "train"
-
-
 @pytest.mark.parametrize("drill", rows(), ids=lambda d: d.name)
 def test_drill(drill: Drill, assets, tmp_path):
-    name = verb(drill)
-    for step in drill.steps:
-        step.args = [name, *step.args] if step.args[:1] != [name] else step.args
-    play_with_assets(drill, assets, tmp_path)
-
-
-def play_with_assets(drill: Drill, assets: dict[str, Path], where: Path) -> None:
-    setup = drill.setup
-    drill.setup = (lambda w: setup(w, assets)) if setup else None
-    try:
-        play(drill, where)
-    finally:
-        drill.setup = setup
+    play_row(drill, assets, tmp_path)
 
 
 HELP_VERBS = ["test", "predict", "export", "serve", "reproduce", "bench", "list"]
@@ -350,7 +305,13 @@ def test_every_verb_answers_help(tmp_path):
 
 
 def test_docs_list_every_row():
+    """Every row of every row file (tests/drills/test_drills*.py, each with its own rows()) is in docs/drills.md."""
+    import importlib
+
     from harness import ROOT
 
     listed = (ROOT / "docs" / "drills.md").read_text()
-    assert not [d.name for d in rows() if f"`{d.name}`" not in listed]
+    files = sorted(Path(__file__).parent.glob("test_drills*.py"))
+    names = [d.name for f in files for d in importlib.import_module(f.stem).rows()]
+    assert len(files) >= 1 and len(names) == len(set(names)), names
+    assert not [n for n in names if f"`{n}`" not in listed]
