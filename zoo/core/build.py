@@ -69,10 +69,10 @@ METRICS_FILE = "metrics.json"
 
 def save_run_metrics(cfg: DictConfig, metrics: dict[str, float]) -> Path:
     """The run's final metrics (the last evaluation's val/*, then test/*) at the run-dir root, atomically; a resumed
-    run replaces them with its own final ones."""
-    import json
+    run replaces them with its own final ones. Strict JSON: a NaN metric is written as null (no value)."""
+    from zoo.core.numbers import strict_json
 
-    text = json.dumps(dict(sorted(metrics.items())), indent=1) + "\n"
+    text = strict_json(dict(sorted(metrics.items())), indent=1) + "\n"
     return write_text_atomic(Path(cfg.run_dir) / METRICS_FILE, text)
 
 
@@ -88,6 +88,9 @@ def load_module(cfg: DictConfig, ckpt_path: str) -> Any:
     from hydra.utils import get_class
     from lightning.pytorch import LightningModule
 
+    from zoo.imports import check_extra
+
+    check_extra(str(cfg.task.module._target_), str(cfg.task.name))
     cls = get_class(cfg.task.module._target_)
     if not issubclass(cls, LightningModule):
         raise ZooError(f"task.module._target_={cfg.task.module._target_} is not a LightningModule; a checkpoint "

@@ -361,6 +361,10 @@ def check_targets(cfg: Any) -> None:
         for k in node.keys():
             walk(node._get_node(k), f"{key}.{k!s}")
 
+    from zoo.imports import check_extra
+
+    target = OmegaConf.select(cfg, "task.module._target_", throw_on_resolution_failure=False)
+    check_extra(str(target or ""), str(OmegaConf.select(cfg, "task.name", default="")))  # one line, not an import error
     for key in ("task.module", "task.data"):
         walk(OmegaConf.select(cfg, key, throw_on_resolution_failure=False), key)
 

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from zoo.errors import ZooError
+from zoo.imports import check_extra
 
 # hook -> (module under the package, attribute or None for the module itself)
 CONVENTION: dict[str, tuple[str, str | None]] = {
@@ -106,6 +107,7 @@ def find_hooks(task: Any = None, *, package: str | None = None, name: str | None
         named = dict(_get(task, "hooks") or {})
     if package is None:
         raise ValueError("find_hooks needs a task config or a package")
+    check_extra(package, name or package)  # a domain without its extra: one line, not a hook's ImportError
     named = named or {}
     found = {hook: _load(package, hook, named.get(hook)) for hook in CONVENTION}
     return TaskHooks(task=name or package, package=package, **found)
