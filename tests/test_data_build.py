@@ -153,6 +153,15 @@ def test_an_out_folder_that_holds_files_is_refused_and_kept(tmp_path, flowers, c
     assert run(capsys, "flowers12", flowers, out, "--size", "16")[0] == 0
 
 
+def test_a_missing_package_is_one_line_naming_the_pip_command(tmp_path, flowers, capsys, monkeypatch):
+    """scipy and soundfile come with the [speech] extra: a vision-only install builds flowers12 without a traceback."""
+    monkeypatch.setitem(sys.modules, "scipy.io", None)
+    before = left_alone(tmp_path)
+    code, _, err = run(capsys, "flowers12", flowers, tmp_path / "out")
+    assert (code, err) == (2, "zoo: error: building flowers12 needs the Python package scipy; pip install scipy\n")
+    assert left_alone(tmp_path) == before
+
+
 def test_a_missing_download_says_where_the_publisher_offers_it(tmp_path, capsys):
     code, _, err = run(capsys, "fsdd", tmp_path / "nowhere", tmp_path / "out")
     assert code == 2 and err.count("\n") == 1

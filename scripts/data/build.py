@@ -44,6 +44,11 @@ DATASETS = {
 }
 
 
+# What the builders import beyond the core install: scipy reads datasplits.mat, soundfile the audio (both come with
+# the zoo's [speech] extra); a missing one is one line naming the pip command, not a traceback.
+PACKAGES = {"scipy": "scipy", "soundfile": "soundfile", "PIL": "pillow"}
+
+
 class Stopped(Exception):
     """SIGTERM, raised where the build is, so that its temp folder is removed on the way out."""
 
@@ -90,7 +95,9 @@ def builder(dataset: str) -> Callable[[argparse.Namespace, Path, Path], str]:
 def check_out(out: Path) -> Path:
     """The out folder: absent or an empty folder (nothing of the user's is ever replaced)."""
     out = Path(os.path.abspath(out.expanduser()))
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise ZooError(f"{out} is a file; give a new or empty folder")
+    if out.exists() and any(out.iterdir()):
         raise ZooError(f"{out} already holds files; give a new or empty folder")
     return out
 
@@ -122,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         out = check_out(out)
         build = builder(args.dataset)
         summary = build_into(out, lambda tmp: build(args, Path(args.download), tmp))
+    except ModuleNotFoundError as e:
+        package = PACKAGES.get((e.name or "").split(".")[0])
+        if package is None:
+            raise
+        print(f"zoo: error: building {args.dataset} needs the Python package {package}; pip install {package}",
+              file=sys.stderr, flush=True)
+        return 2
     except ZooError as e:
         print(f"zoo: error: {one_line(e)}", file=sys.stderr, flush=True)
         return 2
