@@ -36,7 +36,7 @@ commands:
                                   throughput, MFU, memory and energy per setting: a table, CSV and plot
   list [task]                     tasks and experiment presets; with a task, its model names
 
-Runs are written to outputs/<task>/<date>_<time>/ (config.yaml, checkpoints/, tensorboard/);
+Runs are written to outputs/<task>/<date>_<time>_<pid>/ (config.yaml, checkpoints/, tensorboard/);
 watch them with: tensorboard --logdir outputs
 """
 
