@@ -157,7 +157,8 @@ def replace_listed(new: Path, out: Path, listed: set[str]) -> None:
     if old is not None:
         for name in sorted(listed, key=lambda n: -n.count("/")):
             (old / name).unlink(missing_ok=True)
-        for folder in sorted((p for p in old.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        made = {old / parent for name in listed for parent in Path(name).parents if str(parent) != "."}
+        for folder in sorted(made, key=lambda p: -len(p.parts)):  # the export's own folders, never another empty one
             _try_rmdir(folder)
         if not _try_rmdir(old):
             os.replace(old, out.with_name(f"{out.name}.kept-{os.getpid()}"))
@@ -169,6 +170,70 @@ def _try_rmdir(folder: Path) -> bool:
         return True
     except OSError:
         return False
+
+
+OWNER_MARK = ".zoo-owner"  # inside a temp folder of the zoo's: {"zoo": 1, "pid": ..., "host": ...}
+
+
+def mark_owner(path: str | Path) -> None:
+    """Write this process's pid and host into a temp folder it made: should the process be killed (kill -9) before
+    it removes the folder, a later one can tell that the folder is the zoo's own and that its writer is gone."""
+    import json
+    import socket
+
+    path = _abs(path)
+    if path not in _made:
+        raise ValueError(f"{path} was not made by this process")
+    (path / OWNER_MARK).write_text(json.dumps({"zoo": 1, "pid": os.getpid(), "host": socket.gethostname()}))
+
+
+def unmark_owner(path: str | Path) -> None:
+    """Take the mark out of a finished temp folder of this process's, before it is put in place."""
+    mark = _abs(path) / OWNER_MARK
+    if owns(mark):
+        mark.unlink(missing_ok=True)
+
+
+def abandoned(folder: str | Path, prefix: str, suffix: str = ".tmp") -> list[Path]:
+    """Temp folders `<prefix>*<suffix>` in `folder` left by a killed process: each is removed when the mark in it
+    (`mark_owner`) names this host and a process no longer alive (a zoo writer killed mid-write); one whose writer
+    is alive is left to it; any other (no mark, another host) is kept and returned, for the caller to name."""
+    folder, kept = _abs(folder), []
+    names = sorted(os.listdir(folder)) if folder.is_dir() else []
+    for name in (n for n in names if n.startswith(prefix) and n.endswith(suffix)):
+        path = folder / name
+        if path in _made or path.is_symlink() or not path.is_dir():
+            continue
+        owner = _owner(path)
+        if owner is None:
+            kept.append(path)
+        elif not _alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
+    return kept
+
+
+def _owner(path: Path) -> int | None:
+    """The pid a zoo mark in `path` names, when the mark is the zoo's and from this host; else None."""
+    import json
+    import socket
+
+    try:
+        mark = json.loads((path / OWNER_MARK).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(mark, dict) and mark.get("zoo") == 1 and mark.get("host") == socket.gethostname()
+    pid = mark.get("pid") if ok else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def forget() -> None:

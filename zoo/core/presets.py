@@ -11,10 +11,11 @@ A name typed today that no longer exists gets one line naming its successor (`re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from zoo.core.overrides import override_key, unquote
+from zoo.errors import ZooError
 
 # The presets' generation that new checkpoints and run records carry: add a step to RENAMES, then raise this to it.
 GENERATION = 2
@@ -42,9 +43,19 @@ RENAMES: dict[int, dict[str, str]] = {
 RECOMMENDED = {"vision": "vision_imagefolder", "nlp": "nlp_cr", "rl": "rl_hopper", "speech": "speech_fsdd"}
 
 
-def recorded_overrides(record: Mapping[str, Any]) -> list[str]:
-    """A checkpoint's or run record's overrides (its `overrides`, written at generation `presets`) in today's names."""
-    overrides = [str(o) for o in record.get("overrides") or []]
+def recorded_overrides(record: Mapping[str, Any], source: str = "the checkpoint's recorded overrides",
+                       args: Iterable[str] | None = None) -> list[str]:
+    """A checkpoint's or run record's overrides (its `overrides`, written at generation `presets`) in today's names.
+    They are artifact data: one line when they name code outside the allow-list (zoo.core.trust), unless the user
+    opted in on this command line (`args`, else the process's own); an opt-in recorded there is never carried."""
+    from zoo.core import trust
+
+    listed = record.get("overrides") or []
+    if not isinstance(listed, (list, tuple)):
+        raise ZooError(f"{source} are not a list; this is not a zoo record (or it was edited): retrain, or pass "
+                       "task=<domain>/<name> and the task's pretrained=<file> option to start from its weights")
+    overrides = [str(o) for o in listed if override_key(str(o)) != trust.OPT_IN]
+    trust.check_overrides(overrides, source, args)
     since = record.get("presets")
     generation = since if isinstance(since, int) else 0
     for step in sorted(s for s in RENAMES if s > generation):

@@ -12,7 +12,7 @@ from zoo.errors import ZooError
 
 # Top-level nodes that belong to one command, never a run's setting to carry: where it writes, what it resumes,
 # per-command options.
-PER_COMMAND = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra")
+PER_COMMAND = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra", "trust_artifact")
 # Where a run lives (its log and checkpoint folders), never a value to pin: a copied run's record names the original's
 # folders, and pinning them trained the re-run into the original, over its checkpoints.
 LOCATION_KEYS = ("save_dir", "dirpath", "default_root_dir", "log_dir", "output_dir", "weights_save_path")
@@ -101,15 +101,17 @@ def frozen_overrides(listed: Any, cfg: Any) -> list[str]:
 
 
 def recorded_values(recorded: dict, base: list[str], asked: set[str], scope: str = "",
-                    not_pinned: tuple[str, ...] = ()) -> list[str]:
+                    not_pinned: tuple[str, ...] = (), args: list[str] | None = None) -> list[str]:
     """Overrides that set, on top of the config `base` composes, the values a run `recorded` (its resolved config;
     under the node `scope` only, when given): `key=value` where today's would differ, `++key=value` for keys it no
     longer has. Keys the user sets (`asked`), folders, top-level nodes in `not_pinned`, and the keys inside a node
     that follows another (`task.module.env: ${task.env}`: only its source is pinned; Hydra cannot set a key inside an
-    interpolation) are left alone."""
+    interpolation) are left alone. The recorded values are artifact data: one line when they name code outside the
+    allow-list (zoo.core.trust), unless the user opted in (`args`)."""
     from omegaconf import OmegaConf
 
     from zoo.base import plain
+    from zoo.core import trust
     from zoo.core.config import compose
 
     composed = compose(base)
@@ -121,6 +123,7 @@ def recorded_values(recorded: dict, base: list[str], asked: set[str], scope: str
     pins, _ = pinned_values(was, {k: v for k, v in now.items() if k in own}, asked, not_pinned)
     added = [f"++{k}={hydra_literal(v)}" for k, v in was.items()
              if k not in now and k not in asked and k.split(".")[0] not in not_pinned]
+    trust.check_overrides([*pins, *added], "the checkpoint's recorded config", args)
     return [*pins, *added]
 
 
@@ -135,7 +138,7 @@ def checkpoint_overrides(ckpt: dict, task: str, user: list[str], tail: list[str]
 
     zoo = ckpt.get("zoo") or {}
     asked = {override_key(o) for o in user}  # the user's value replaces the recorded one, not stacked after it
-    carried = [o for o in carried_overrides(recorded_overrides(zoo))
+    carried = [o for o in carried_overrides(recorded_overrides(zoo, args=user))
                if not o.startswith(("trainer", "task=")) and override_key(o) not in asked]
     overrides = [f"task={task}", *carried, *user, *tail]
     try:
@@ -157,7 +160,7 @@ def rebuilt_overrides(zoo: dict, task: str, carried: list[str], user: list[str],
     kept = composable(carried, [f"task={task}", *tail])
     fresh = [f"task={task}", *kept, *user, *tail]
     check_overrides(fresh, sweeps=False)  # a mistake in the user's own overrides is theirs to read
-    pins = recorded_values(recorded, fresh, {override_key(o) for o in user}, scope="task")
+    pins = recorded_values(recorded, fresh, {override_key(o) for o in user}, scope="task", args=user)
     say_rebuilt(reason, len(carried) - len(kept), len(pins))
     overrides = [f"task={task}", *kept, *pins, *user, *tail]
     check_overrides(overrides, sweeps=False)
@@ -203,7 +206,8 @@ def composable(overrides: list[str], base: list[str]) -> list[str]:
     return kept
 
 
-def say_rebuilt(reason: str, dropped: int, pinned: int) -> None:
+def say_rebuilt(reason: str, dropped: int, pinned: int | None) -> None:
+    count = "" if pinned is None else f" ({pinned} pinned)"
     print(f"zoo: note: the checkpoint's training overrides no longer compose ({reason.split(':')[0]}); rebuilding "
-          f"its config without the {dropped} that fail, from the values it recorded ({pinned} pinned)",
+          f"its config without the {dropped} that fail, from the values it recorded{count}",
           file=sys.stderr, flush=True)

@@ -65,7 +65,7 @@ def resolve_resume(overrides: list[str]) -> list[str]:
     run_dir = ckpt.parent.parent
     # The checkpoint carries the overrides of the run that wrote it: the run's own record, which a failed
     # later command cannot have changed.
-    previous = carried_overrides(recorded_overrides(saved["zoo"]))  # in today's preset names
+    previous = carried_overrides(recorded_overrides(saved["zoo"], args=user))  # in today's preset names
     in_run = ckpt.parent.name == "checkpoints"
     if in_run:
         previous = replayable(previous, saved, task, user, run_dir)
@@ -84,14 +84,15 @@ def resolve_resume(overrides: list[str]) -> list[str]:
 
 
 def replayable(previous: list[str], saved: dict, task: str, user: list[str], run_dir: Path) -> list[str]:
-    """The run's own overrides; where its presets no longer compose (one renamed or removed since the run began),
-    `task=<task>`, those of its overrides that still compose, and the config the checkpoint recorded pinned value by
-    value on top, so that the run still resumes."""
+    """The run's own overrides; where they no longer compose (a preset renamed or removed since the run began, a key
+    its preset's generation had and today's config lacks), `task=<task>`, those of its overrides that still compose,
+    and the config the checkpoint recorded pinned value by value on top, so that the run still resumes (as `zoo
+    test` rebuilds it: zoo.core.recorded.checkpoint_overrides)."""
+    from zoo.core.config import check_overrides
     from zoo.core.recorded import PER_COMMAND, composable, recorded_values, say_rebuilt
 
-    groups = [o for o in previous if override_key(o) in ("task", "experiment")]
     try:
-        composed_task(groups)
+        check_overrides([*merge_overrides(previous, user), f"run_dir='{run_dir}'"], sweeps=False)
         return previous
     except ZooError as e:
         recorded = (saved.get("zoo") or {}).get("config")
@@ -101,8 +102,9 @@ def replayable(previous: list[str], saved: dict, task: str, user: list[str], run
     base = [f"task={task}", f"run_dir='{run_dir}'"]
     own = [o for o in previous if override_key(o) != "task"]
     kept = composable(own, base)
+    check_overrides(merge_overrides([*base, *kept], user), sweeps=False)  # the user's own mistake is theirs to read
     asked = {override_key(o) for o in user}
-    pins = recorded_values(recorded, [*base, *kept], asked, not_pinned=PER_COMMAND)
+    pins = recorded_values(recorded, [*base, *kept], asked, not_pinned=PER_COMMAND, args=user)
     say_rebuilt(reason, len(own) - len(kept), len(pins))
     return [f"task={task}", *kept, *pins]
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zoo.core import owned
+from zoo.core import owned, trust
 from zoo.errors import ZooError
 
 MANIFEST = "model.json"
@@ -36,7 +36,8 @@ def staging_dir(out: Path) -> Path:
 def earlier_export(out: Path, written: set[str]) -> set[str]:
     """The files that the export already in `out` wrote, when the folder holds those and nothing else (empty for a
     new or empty folder); one line refusing any other folder. An export from before model.json listed its files
-    counts as having written its model file and the files this export writes (`written`)."""
+    counts as having written its model file and the files this export writes (`written`). model.json is artifact
+    data: every name it gives must lie inside `out` (zoo.core.trust.inside), or nothing is replaced."""
     if out.exists() and not out.is_dir():
         raise ZooError(f"export.out={out} is a file; pass a folder path (it is created)")
     if not out.is_dir() or not any(out.iterdir()):
@@ -46,16 +47,31 @@ def earlier_export(out: Path, written: set[str]) -> set[str]:
         found = sorted(owned.listed_files(out))
         raise ZooError(f"export.out={out} is a folder with other files in it ({', '.join(found[:3])}); pass a new or "
                        "empty folder, or an earlier export's folder (it is replaced)")
-    listed = set(meta["files"]) if "files" in meta else {MANIFEST, str(meta.get("file")), *written}
+    model = [meta["file"]] if "file" in meta else []
+    listed = set(meta["files"]) if "files" in meta else {MANIFEST, *written, *model}
+    fix = "this folder is not replaced; move what you keep out of it, or pass another export.out"
+    for name in sorted(listed, key=str):
+        trust.inside(out, name, f"export.out={out}: its model.json", fix)
     extra = owned.unlisted(out, listed) if "files" in meta or written else []
     if extra:
         raise ZooError(f"export.out={out} holds files that its earlier export did not write ({', '.join(extra[:3])}); "
                        "move them out or pass another folder (an export replaces only its own files)")
+    folders = _other_folders(out, listed)
+    if folders:
+        raise ZooError(f"export.out={out} holds folders that its earlier export did not make ({', '.join(folders[:3])})"
+                       "; move them out or pass another folder (an export replaces only its own files)")
     return listed
 
 
+def _other_folders(out: Path, listed: set[str]) -> list[str]:
+    """The folders under `out` that hold none of the `listed` files (an export makes a folder only to put files in)."""
+    theirs = {str(parent) for name in listed for parent in Path(name).parents if str(parent) != "."}
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                  if p.is_dir() and not p.is_symlink() and str(p.relative_to(out)) not in theirs)
+
+
 def _manifest(out: Path) -> dict[str, Any] | None:
-    """An earlier export's model.json, when it is one: a task and a format, and a list of relative file names."""
+    """An earlier export's model.json, when it is one: a task and a format, and a list of file names."""
     try:
         meta = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -63,13 +79,9 @@ def _manifest(out: Path) -> dict[str, Any] | None:
     if not isinstance(meta, dict) or not {"task", "format"} <= meta.keys():
         return None
     files = meta.get("files", [])
-    if not isinstance(files, list) or not all(_relative(f) for f in files):
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         return None
     return meta
-
-
-def _relative(name: Any) -> bool:
-    return isinstance(name, str) and bool(name) and not Path(name).is_absolute() and ".." not in Path(name).parts
 
 
 def write_manifest(tmp: Path, meta: dict) -> dict:

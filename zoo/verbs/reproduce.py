@@ -25,7 +25,7 @@ from zoo.errors import ZooError
 
 def main(rest: list[str]) -> None:
     source, user = split_arguments(rest)
-    run, record = read_record(source)
+    run, record = read_record(source, user)
     original = read_metrics(run)
     target = run.parent / f"{run.name}-reproduce-{datetime.now():%Y-%m-%d_%H-%M-%S}"
     overrides, notes, opts = plan(record, user, run)
@@ -59,14 +59,17 @@ def run_train(command: list[str]) -> int:
             proc.kill()
             raise
         try:  # Ctrl-C in a terminal reached the re-run already (one process group): a second one only if not
-            return proc.wait(timeout=2 if how == "Ctrl-C" else 0.001)
+            code = proc.wait(timeout=2 if how == "Ctrl-C" else 0.001)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT if how == "Ctrl-C" else signal.SIGTERM)
-        try:
-            return proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise e from None
+            try:
+                code = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise e from None
+        if code in (130, 143):  # the re-run stopped as a run does, and said so
+            return code
+        raise e from None  # it had finished, or died of the signal before it could say so: this process's stop
 
 
 def split_arguments(rest: list[str]) -> tuple[Path, list[str]]:
@@ -84,9 +87,12 @@ def split_arguments(rest: list[str]) -> tuple[Path, list[str]]:
     return Path(given[0]).expanduser(), user
 
 
-def read_record(source: Path) -> tuple[Path, dict]:
+def read_record(source: Path, user: list[str] | None = None) -> tuple[Path, dict]:
     """The run folder and what it recorded: task, overrides, resolved config, environment, whether it was resumed.
-    The newest checkpoint is the run's own record (a resumed run's last overrides); config.yaml stands in without."""
+    The newest checkpoint is the run's own record (a resumed run's last overrides); config.yaml stands in without.
+    All of it is artifact data: a broken file is one line, and code it names passes zoo.core.trust (`user`: the
+    command's own overrides, where the opt-in would be)."""
+    from zoo.core import trust
     from zoo.core.checkpoint import checkpoint_task, load_checkpoint
 
     ckpt_file: Path | None
@@ -103,34 +109,80 @@ def read_record(source: Path) -> tuple[Path, dict]:
     saved = _run_config(run)
     if ckpt_file is not None:
         ckpt = load_checkpoint(ckpt_file)
-        zoo = ckpt["zoo"] if "zoo" in ckpt else {}
-        record: dict[str, Any] = {"task": checkpoint_task(ckpt, ckpt_file), "overrides": recorded_overrides(zoo),
-                  "config": zoo.get("config") or saved.get("config") or {}, "env": zoo.get("env")}
+        zoo = ckpt["zoo"] if isinstance(ckpt.get("zoo"), dict) else {}
+        record: dict[str, Any] = {"task": checkpoint_task(ckpt, ckpt_file),
+                                  "overrides": recorded_overrides(zoo, args=user),
+                                  "config": zoo.get("config") or saved.get("config") or {},
+                                  "env": zoo.get("env") if _env_shaped(zoo.get("env")) else None}
+        source_of_config = f"{ckpt_file}'s recorded config"
     elif saved:
-        record = {"task": saved["config"]["task"]["name"], "overrides": recorded_overrides(saved),
+        record = {"task": saved["config"]["task"]["name"],
+                  "overrides": recorded_overrides(saved, f"{run / 'config.yaml'}'s overrides", args=user),
                   "config": saved["config"], "env": None}
+        source_of_config = str(run / "config.yaml")
     else:
         raise ZooError(f"{run} holds neither checkpoints nor config.yaml: not a zoo run folder")
-    env_file = run / "env.json"
-    if env_file.is_file():  # the first session's environment: the one the run started on
-        record["env"] = json.loads(env_file.read_text())
+    if not isinstance(record["config"], dict):
+        raise ZooError(f"{source_of_config} is not a mapping; {BROKEN}")
+    trust.check_config(record["config"], source_of_config, user)
+    env = _run_env(run)
+    if env is not None:  # the first session's environment: the one the run started on
+        record["env"] = env
     record["resumed"] = saved.get("resume") or None
-    record["task_monitor"] = str(record["config"].get("task", {}).get("monitor", ""))
+    record["task_monitor"] = str((record["config"].get("task") or {}).get("monitor", ""))
     return run, record
 
 
+BROKEN = "the run's record was cut short or edited; reproduce another run, or retrain this one from its command"
+
+
 def _run_config(run: Path) -> dict:
+    """config.yaml as the zoo writes it (its `config` a mapping with the task's name); {} when there is none."""
     from omegaconf import OmegaConf
 
     path = run / "config.yaml"
-    loaded = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
-    return loaded if isinstance(loaded, dict) else {}  # a config.yaml that holds no mapping is no run's
+    if not path.is_file():
+        return {}
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as e:  # noqa: BLE001 - YAML's and OmegaConf's parse errors, as one line
+        raise ZooError(f"{path} does not parse ({_first_line(e)}); {BROKEN}") from None
+    if not isinstance(loaded, dict):
+        return {}  # a config.yaml that holds no mapping is no run's
+    config = loaded.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict) or \
+            not isinstance(config["task"].get("name"), str):
+        raise ZooError(f"{path} holds no run config (config.task.name); {BROKEN}")
+    return loaded
+
+
+def _run_env(run: Path) -> dict | None:
+    path = run / "env.json"
+    if not path.is_file():
+        return None
+    try:
+        env = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ZooError(f"{path} does not parse ({_first_line(e)}); {BROKEN}") from None
+    if not _env_shaped(env):
+        raise ZooError(f"{path} is not the environment record the zoo writes; {BROKEN}")
+    return env
+
+
+def _env_shaped(env: Any) -> bool:
+    """A mapping whose parts the comparison reads are mappings too."""
+    return isinstance(env, dict) and all(isinstance(env.get(k, {}), dict) for k in ("packages", "git", "cpu", "gpu"))
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str], dict]:
     """The re-run's overrides (the run's own, the recorded values today's defaults would change, the user's), notes
     on what could not be pinned, and the reproduce options."""
     from zoo.base import plain
+    from zoo.core import trust
     from zoo.core.config import check_overrides, compose, register_resolvers
 
     register_resolvers()
@@ -138,7 +190,11 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
     # run_dir as the recorded one: values derived from it (checkpoint and logger folders) then compare equal
     recorded_dir = str(record["config"].get("run_dir") or run)
     base = [*carried, *user, f"run_dir='{recorded_dir}'"]
-    check_overrides(base, sweeps=False)
+    try:
+        check_overrides(base, sweeps=False)
+    except ZooError as e:  # its presets renamed or removed since, a key its generation had: rebuilt as a resume is
+        carried = rebuilt(carried, record["task"], user, recorded_dir, str(e))
+        base = [*carried, *user, f"run_dir='{recorded_dir}'"]
     now = plain(compose(base))
     asked = {override_key(o) for o in user}
     def settings(config: dict) -> dict[str, Any]:  # a run's values, less the folders it lives in
@@ -146,6 +202,7 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
                 if not is_location(k) and not (isinstance(v, str) and v.startswith(recorded_dir))}
 
     pins, notes = pinned_values(settings(record["config"]), settings(now), asked, PER_COMMAND)
+    trust.check_overrides(pins, "the run's recorded config", user)
     if record.get("resumed"):
         notes.append(f"the original was resumed (from {record['resumed']}); one uninterrupted re-run can differ "
                      "from it by more than a repeat would")
@@ -155,6 +212,20 @@ def plan(record: dict, user: list[str], run: Path) -> tuple[list[str], list[str]
         notes.append("trainer.deterministic=false on a GPU: cuDNN's algorithm choice and atomic adds make a repeat "
                      "vary within seed noise (train with trainer.deterministic=true for exact repeats)")
     return [*carried, *pins, *user], notes, dict(now.get("reproduce") or {})
+
+
+def rebuilt(carried: list[str], task: str, user: list[str], run_dir: str, reason: str) -> list[str]:
+    """A run whose own overrides no longer compose: `task=<task>` and those that still do; the values it recorded are
+    then pinned on top like any other (`plan`), as a resume and `zoo test` rebuild such a run."""
+    from zoo.core.config import check_overrides
+    from zoo.core.recorded import composable, say_rebuilt
+
+    base = [f"task={task}", f"run_dir='{run_dir}'"]
+    own = [o for o in carried if override_key(o) != "task"]
+    kept = composable(own, base)
+    check_overrides([f"task={task}", *kept, *user, f"run_dir='{run_dir}'"], sweeps=False)  # the user's mistakes
+    say_rebuilt(reason, len(own) - len(kept), None)
+    return [f"task={task}", *kept]
 
 
 def environment_differences(recorded: dict | None, notes: list[str]) -> list[str]:

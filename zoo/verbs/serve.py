@@ -27,6 +27,7 @@ import numpy as np
 
 from zoo.core.overrides import override_value
 from zoo.core.resume import checkpoint_argument
+from zoo.core.trust import OPT_IN
 from zoo.errors import ZooError
 from zoo.kit.deploy import BadRequest
 from zoo.kit.hooks import find_hooks
@@ -53,10 +54,11 @@ def serve_options(rest: list[str]) -> dict:
     opts: dict[str, Any] = {}
     for o in rest:
         key, _, value = o.lstrip("+").partition("=")
-        if key == "ckpt_path":
+        if key in ("ckpt_path", OPT_IN):  # the opt-in is read where model.json is (from_export)
             continue
         if not key.startswith("serve."):
-            raise ZooError(f"`zoo serve` of an export folder takes serve.<option>=... only, not {o}")
+            raise ZooError(f"`zoo serve` of an export folder takes serve.<option>=... (and {OPT_IN}=true) only, "
+                           f"not {o}")
         opts[key[6:]] = value
     return opts
 
@@ -88,11 +90,15 @@ def check_options(opts: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- backends
-def from_export(folder: Path, backend: str | None, threads: int | None) -> tuple[dict, Any, Callable]:
-
+def from_export(folder: Path, backend: str | None, threads: int | None,
+                args: list[str] | None = None) -> tuple[dict, Any, Callable]:
+    """An export folder, served. Its model.json is artifact data (zoo.core.trust): the modules it names must be on the
+    allow-list (unless `args`, the command line, opts in), its model file must lie inside the folder, and a broken
+    or truncated file is one line."""
+    from zoo.core import trust
     from zoo.verbs.export import FILES, Runner
 
-    meta = json.loads((folder / "model.json").read_text())
+    meta = read_manifest(folder)
     fmt = meta["format"]
     if fmt not in FILES:
         raise ZooError(f"{folder} holds a {fmt} export, which zoo serve does not run; serve the checkpoint itself "
@@ -104,9 +110,25 @@ def from_export(folder: Path, backend: str | None, threads: int | None) -> tuple
     # model.json names the task's package (older exports only the task: its domain is the package)
     package = meta.get("package") or meta["task"].split("/")[0]
     named = {"deploy": meta["deploy_hooks"]} if meta.get("deploy_hooks") else None
-    deploy = find_hooks(package=package, name=meta["task"], named=named).need("deploy", "serve")
+    source = f"{folder / 'model.json'}"
+    for module in (f"{package}.deploy", *(named or {}).values()):
+        trust.check_module(module, source, args)
+    fix = "re-export it with `python -m zoo export ckpt_path=<run>`"
+    model_file = trust.inside(folder, meta["file"], f"{source}: \"file\"", fix)
+    outside = trust.links_out(folder)
+    if outside:
+        raise ZooError(f"{folder} holds links that lead outside it ({', '.join(outside[:3])}); an export's files lie "
+                       f"inside its own folder: {fix}")
     names = [i["name"] for i in meta["inputs"]]
-    runner = Runner(folder / meta["file"], fmt, names, threads)
+    try:
+        runner = Runner(model_file, fmt, names, threads)
+    except ZooError:
+        raise
+    except Exception as e:  # noqa: BLE001 - ONNX Runtime's and torch's refusals of a file cut short or not theirs
+        raise ZooError(f"{model_file} does not load as a {fmt} model ({type(e).__name__}: "
+                       f"{(str(e).strip().splitlines() or [''])[0][:200]}); it was cut short or is not an export: "
+                       f"{fix}") from None
+    deploy = find_hooks(package=package, name=meta["task"], named=named).need("deploy", "serve")
 
     def infer(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
         return runner([arrays[n] for n in names])
@@ -117,6 +139,26 @@ def from_export(folder: Path, backend: str | None, threads: int | None) -> tuple
     return {**meta, "backend": wanted}, handler, infer
 
 
+def read_manifest(folder: Path) -> dict:
+    """model.json with the fields serving reads, each of its type; one line for a broken or foreign file."""
+    path = folder / "model.json"
+    fix = "re-export it with `python -m zoo export ckpt_path=<run>`, or serve the checkpoint itself"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ZooError(f"{path} does not read as JSON ({(str(e).splitlines() or [''])[0]}); it was cut short or "
+                       f"edited: {fix}") from None
+    inputs = meta.get("inputs") if isinstance(meta, dict) else None
+    fields_ok = isinstance(meta, dict) and all(isinstance(meta.get(k), str) for k in ("task", "format", "file")) \
+        and all(isinstance(meta.get(k), (str, type(None))) for k in ("package", "deploy_hooks")) \
+        and isinstance(inputs, list) and bool(inputs) \
+        and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in inputs)
+    if not fields_ok:
+        raise ZooError(f"{path} is not a zoo export's model.json (task, format, file and inputs, each of its type); "
+                       f"{fix}")
+    return meta
+
+
 def from_checkpoint(cfg: Any, ckpt_path: str, backend: str | None, threads: int | None) -> tuple:
     import torch
 
@@ -125,7 +167,7 @@ def from_checkpoint(cfg: Any, ckpt_path: str, backend: str | None, threads: int 
 
     if backend == "onnxruntime":
         export = Path(ckpt_path).resolve().parent.parent / "export"
-        if (export / "model.json").is_file() and json.loads((export / "model.json").read_text())["format"] == "onnx":
+        if (export / "model.json").is_file() and read_manifest(export)["format"] == "onnx":
             return from_export(export, backend, threads)
         raise ZooError(f"serve.backend=onnxruntime serves an ONNX export; run `python -m zoo export "
                        f"ckpt_path={ckpt_path}` first, then `python -m zoo serve ckpt_path=<run dir>/export`")
@@ -336,7 +378,8 @@ def check_port(port: int) -> None:
             raise ZooError(f"cannot listen on {HOST}:{port} ({e.strerror or e}); pick a free serve.port=") from None
 
 
-def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path: str | None = None) -> None:
+def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path: str | None = None,
+          args: list[str] | None = None) -> None:
     from zoo.verbs.export import require
 
     require("fastapi", "zoo serve")
@@ -344,7 +387,7 @@ def serve(opts: dict, export_dir: Path | None = None, cfg: Any = None, ckpt_path
     opts = check_options(dict(opts))
     check_port(opts["port"])
     if export_dir is not None:
-        meta, handler, infer = from_export(Path(export_dir), opts["backend"], opts["threads"])
+        meta, handler, infer = from_export(Path(export_dir), opts["backend"], opts["threads"], args)
     else:
         meta, handler, infer = from_checkpoint(cfg, str(ckpt_path), opts["backend"], opts["threads"])
 
@@ -370,7 +413,7 @@ def main(rest: list[str]) -> None:
     if exported is not None and exported.is_file() and exported.suffix in (".onnx", ".ts", ".pt2"):
         exported = exported.parent
     if exported is not None and (exported / "model.json").is_file():  # an export folder: no checkpoint needed
-        return serve(serve_options(rest), export_dir=exported)
+        return serve(serve_options(rest), export_dir=exported, args=rest)
     path = checkpoint_argument("serve", rest)
     cfg, _ = deploy_config("serve", rest, path)
     serve(dict(cfg.get("serve") or {}), cfg=cfg, ckpt_path=str(path))
