@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, ZOO_MODULE, load1, run, shown, zoo_env
+from common import ROOT, ZOO_MODULE, load1, run, shown, this_command, write_record, zoo_env
 
 
 def train(overrides: list[str], out: Path, timeout: float) -> tuple[float, Path, dict]:
@@ -51,10 +51,13 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="/tmp/zoo-bench-gan")
     ap.add_argument("--grid", default=None, help="write a 64-sample grid here (e.g. docs/gan_samples.png)")
+    ap.add_argument("--record", default=None,
+                    help="the record to write (docs/results/records/<id>.json); default gan.fd without overrides")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    load_before = load1()
     print(f"torch threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}; "
-          f"load average before: {load1():.1f}", flush=True)
+          f"load average before: {load_before:.1f}", flush=True)
     wall, best, trained = train(args.overrides, Path(args.out), args.timeout)
     print(f"trained in {wall:.0f} s: {json.dumps(trained)}", flush=True)
     init = fd_at_init(best.parent.parent)
@@ -78,6 +81,13 @@ def main() -> None:
         print(f"| {k} | {v} |")
     print(f"\nload average after: {load1():.1f}")
     print(json.dumps({"wall_s": wall, "trained": trained, "init": init, "best": str(best)}))
+    record = args.record or (None if args.overrides else "gan.fd")
+    if record:  # README, docs/gan.md and docs/results/gan.md render these figures from it
+        extra = {"floor": round(trained["test/fd_floor"], 2), "init": round(init["test/fd"], 1),
+                 "min_share": trained.get("test/coverage_min"), "max_share": trained.get("test/coverage_max"),
+                 "classes_half_share": trained.get("test/classes_covered"), "wall_s": round(wall), "samples": n}
+        print("record:", write_record(record, round(trained["test/fd"], 2), metric="test/fd", command=this_command(),
+                                      load=f"{load_before:.1f}->{load1():.1f}", extra=extra))
 
 
 if __name__ == "__main__":

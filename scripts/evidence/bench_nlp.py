@@ -15,7 +15,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from common import SHARED, ZOO_MODULE, csv_series, run, shown, zoo_env
+from common import SHARED, ZOO_MODULE, csv_series, run, shown, this_command, write_record, zoo_env
 
 
 def run_one(data: str, init: str, epochs: int | None, timeout: int, extra: list[str], threads: int = 1,
@@ -91,6 +91,21 @@ def main() -> None:
     for r in results:
         if "cmd" in r:
             print(f"# {r['data']}/{r['init']}: {r['cmd']}")
+    if not args.extra and args.epochs is None:  # the presets as they are: README and the nlp pages render these
+        for r in results:
+            if r.get("val_acc") and r["status"] == "ok":
+                record(r, "_base" if args.base else "")
+
+
+def record(r: dict, suffix: str) -> None:
+    name = f"nlp.{r['data']}{suffix}_acc" if r["init"] == "pretrained" else f"nlp.{r['data']}{suffix}_random_init_acc"
+    train_s = sum(r["epoch_sec"])
+    extra = {"epochs": len(r["val_acc"]), "train_s": round(train_s), "wall_s": round(r["wall"]),
+             "wall_min": round(r["wall"] / 60, 1), "s_per_epoch": round(train_s / max(len(r["epoch_sec"]), 1)),
+             "run": r["cmd"]}
+    print("record:", write_record(name, round(max(r["val_acc"]), 4), metric=f"val/acc ({r['data'].upper()} dev), best",
+                                  command=this_command(), preset=f"nlp_{r['data']}{suffix}", load=r["load"],
+                                  extra=extra))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import HERE, ROOT, ZOO_MODULE, Run, Spread, csv_rows, run, zoo_env
+from common import HERE, ROOT, ZOO_MODULE, Run, Spread, csv_rows, run, this_command, write_record, zoo_env
 
 QUIET = ["logger=csv", "callbacks.progress_bar=null", "trainer.enable_progress_bar=false",
          "task.module.video=false", "test_after_fit=false"]
@@ -167,6 +167,32 @@ def side_by_side(suite: str, seeds: list[int], rounds: int, timeout: float, env:
         pairs.append((seed, "zoo" if i % 2 == 0 else "ref", zoo, ref))
         print(json.dumps({"pair": i + 1, "seed": seed, "first": pairs[-1][1], "zoo": zoo, "ref": ref}), flush=True)
     report(suite, pairs)
+    record(suite, pairs, env, n_steps)
+
+
+def record(suite: str, pairs: list[tuple[int, str, dict, dict]], env: str, n_steps: int) -> None:
+    """The zoo / reference wall ratio (and, for cleanrl, what task=rl/ppo itself reaches) as records, which README
+    and the rl pages render."""
+    if suite == "sb3_mujoco" and n_steps != 100_000:
+        return  # the pages quote the 100k-step pairs
+    record_id, what = {"cleanrl": ("rl.baseline_ppo_ratio", "task=rl/ppo / scripts/evidence/baseline_ppo.py"),
+                       "sb3": ("rl.sb3_cartpole_ratio", "rl_cartpole / SB3's CartPole recipe"),
+                       "sb3_mujoco": (f"rl.sb3_{env.split('-')[0].lower()}_ratio", f"{MUJOCO[env]} / SB3")}[suite]
+    wall = Spread.of(z["wall_s"] / r["wall_s"] for _, _, z, r in pairs)
+    loads = [p[w]["load1"] for p in pairs for w in (2, 3)]
+    load = f"{min(loads):.1f}-{max(loads):.1f}"
+    print("record:", write_record(
+        record_id, round(wall.median, 2), metric=f"wall time, {what}, median of {wall.n} pairs",
+        command=this_command(), load=load,
+        extra={"min": round(wall.min, 2), "max": round(wall.max, 2), "pairs": wall.n,
+               "cpu_ratio": round(Spread.of(z["cpu_s"] / r["cpu_s"] for _, _, z, r in pairs).median, 2)}))
+    if suite == "cleanrl":  # the default task's own return: CleanRL's defaults do not solve CartPole in 100k steps
+        per_seed = {seed: z["final_last20"] for seed, _, z, _ in pairs}
+        print("record:", write_record(
+            "rl.cartpole_default_return", round(Spread.of(per_seed.values()).median),
+            metric="rollout/return_last20 at the end of task=rl/ppo, median over the seeds (solved: 475)",
+            command=this_command(), load=load,
+            extra={"seeds": [round(per_seed[s]) for s in sorted(per_seed)], "solved": 475, "steps": 100_000}))
 
 
 def report(suite: str, pairs: list[tuple[int, str, dict, dict]]) -> None:

@@ -21,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from common import SHARED, ZOO_MODULE, csv_series, run, shown, zoo_env
+from common import SHARED, ZOO_MODULE, csv_series, run, shown, this_command, write_record, zoo_env
 
 FLOWERS = SHARED / "images" / "flowers12"
 
@@ -144,6 +144,13 @@ def main() -> None:
         print(row(r))
     for r in results:
         print(f"# {r['name']}: {r['cmd']}\n#   {r['source']}")
+    if not args.extra:  # the preset as it is, and random init in the budget: the vision pages render these
+        for r in results:
+            if r["name"] in ("probe", "scratch") and r["val_acc"] and r["status"] == "ok":
+                print("record:", write_record(
+                    f"vision.flowers12_{r['name']}_acc", round(r["val_acc"][-1], 3), metric="val/acc, final epoch",
+                    command=this_command(), preset="vision_flowers12", load=r["load"],
+                    extra={"wall_s": round(r["wall"]), "epochs": len(r["val_acc"]), "run": r["cmd"]}))
 
 
 if __name__ == "__main__":

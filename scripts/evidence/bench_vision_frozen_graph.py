@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from common import load1, this_command, write_record  # puts the checkout first on sys.path
 
 from vision import frozen
 from vision.models import create_backbone
@@ -65,6 +66,12 @@ def main() -> None:
     print(f"eager / graph per pair: median {statistics.median(ratios):.2f} (min {min(ratios):.2f}, "
           f"max {max(ratios):.2f}); largest output difference {diff:.1e}; graph built in {built:.1f} s")
     print(f"# uptime at the end: {os.popen('uptime').read().strip()}")
+    if (args.batch, args.size) == (32, 224):  # the batch the vision results page quotes
+        print("record:", write_record(
+            "vision.frozen_graph_batch_s", round(statistics.median(times["graph"]), 2), unit="s",
+            metric=f"seconds per batch of {args.batch} photos through the frozen backbone (frozen_jit), median",
+            command=this_command(), load=f"{load1():.1f}",
+            extra={"eager_s": round(statistics.median(times["eager"]), 2), "pairs": args.pairs}))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import SHARED, ZOO_MODULE, csv_series, run, shown, zoo_env
+from common import SHARED, ZOO_MODULE, csv_series, run, shown, this_command, write_record, zoo_env
 
 FLOWERS = SHARED / "images" / "flowers12"
 SUBSETS = ["dandelion_colts-foot", "buttercup_dandelion", "daisy_windflower", "iris_pansy", "bluebell_iris",
@@ -106,6 +106,26 @@ def main() -> None:
         print(f"\n# two-class subsets: {len(pairs)} runs, kept val acc min {min(pairs):.3f}, "
               f"median {statistics.median(pairs):.3f}")
     print(f"# uptime at the end: {os.popen('uptime').read().strip()}")
+    if not args.extra:  # the preset as it is: README and the vision pages render these records
+        record(results)
+
+
+def record(results: list[dict]) -> None:
+    """vision.imagefolder_flowers12_acc (the kept val acc on flowers12) and vision.imagefolder_two_class_acc (the
+    lowest over the two-class subsets), each with its start-to-end seconds."""
+    loads = ", ".join(r["load"] for r in results)
+    for record_id, runs, metric in (
+            ("vision.imagefolder_flowers12_acc", [r for r in results if r["name"] == "all" and r["kept"]],
+             "val/acc of the kept checkpoint, flowers12"),
+            ("vision.imagefolder_two_class_acc", [r for r in results if r["name"].count("_") == 1 and r["kept"]],
+             "val/acc of the kept checkpoint, lowest of the two-class subsets of flowers12")):
+        if not runs:
+            continue
+        accs, walls = [r["kept"][2] for r in runs], [round(r["wall"]) for r in runs]
+        extra = {"median": statistics.median(accs), "runs": len(runs), "wall_s_min": min(walls),
+                 "wall_s_max": max(walls), "seeds": sorted({r["seed"] for r in runs})}
+        print("record:", write_record(record_id, min(accs), metric=metric, command=this_command(),
+                                      preset="vision_imagefolder", load=loads, extra=extra))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from common import Spread
+from common import Spread, load1, this_command, write_record
 
 from vision import finetune as ft
 from zoo.core.build import build_callbacks_and_loggers, build_data_and_module, start
@@ -140,6 +140,16 @@ def summary(results: list[dict]) -> None:
           f"losses equal in every pair: {all(r['plain_loss'] == r['zoo_loss'] for r in results)}")
 
 
+def record(results: list[dict]) -> None:
+    """vision.overhead_ratio: the median zoo / plain wall time per step, which docs/overhead.md and the vision
+    results page render."""
+    wall = Spread.of(r["zoo"] / r["plain"] for r in results)
+    print("record:", write_record(
+        "vision.overhead_ratio", round(wall.median, 3), command=this_command(), load=f"{load1():.1f}",
+        metric=f"wall time per step, zoo / plain PyTorch loop, median of {wall.n} pairs",
+        extra={"iqr_low": round(wall.q1, 3), "iqr_high": round(wall.q3, 3), "pairs": wall.n}))
+
+
 # What the zoo block runs and the plain loop does not, by the function that does it (cumulative time: the torch ops
 # these functions launch count too).
 HOOKS = {
@@ -193,7 +203,10 @@ def main() -> None:
         print(f"threads {torch.get_num_threads()}, batch {cfg.task.data.batch_size}, "
               f"channels_last {cfg.trainer.channels_last}, {args.warmup} warm-up + {args.steps} timed steps per block",
               flush=True)
-        summary(pairs(cfg, args.pairs, args.warmup, args.steps, args.seed))
+        results = pairs(cfg, args.pairs, args.warmup, args.steps, args.seed)
+        summary(results)
+        if not args.set:  # the default task as it is
+            record(results)
         if args.profile:
             profile(cfg, args.warmup, args.steps)
 

@@ -213,6 +213,14 @@ def commit() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
+def this_command() -> str:
+    """The command line that started this script, as a reader would type it again (with its OMP_NUM_THREADS)."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    script = Path(sys.argv[0]).resolve()
+    where = script.relative_to(ROOT).as_posix() if script.is_relative_to(ROOT) else sys.argv[0]
+    return " ".join([*([f"OMP_NUM_THREADS={threads}"] if threads else []), "python", where, *sys.argv[1:]])
+
+
 def write_record(record_id: str, value: float | int | str, *, metric: str, command: str, unit: str = "",
                  preset: str | None = None, load: str | None = None, extra: dict | None = None) -> Path:
     """Write (or replace) docs/results/records/<record_id>.json: the value, what it measures, the command a reader

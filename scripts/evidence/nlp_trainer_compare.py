@@ -32,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import SHARED, ZOO_MODULE, Spread, csv_series, load1, run, shown, zoo_env
+from common import SHARED, ZOO_MODULE, Spread, csv_series, load1, run, shown, this_command, write_record, zoo_env
 
 MARK = "TRAINER_RESULT "
 
@@ -159,6 +159,14 @@ def report(rows: list[dict], a: argparse.Namespace) -> None:
     print(f"| zoo / Trainer time per step | {ratio.median_range('.3f')} | |")
     print(f"| zoo - Trainer dev acc (points) | | {gap.median_range('+.2f')} |")
     print(f"# zoo: {zoo[0]['cmd']}\n# Trainer: {hf[0]['cmd']}")
+    accs = {name: Spread.of(r["acc"] for r in side).median for name, side in (("zoo", zoo), ("trainer", hf))}
+    # README and the nlp pages render the ratio from this record, one per encoder, data set and step count
+    print("record:", write_record(
+        f"nlp.trainer_ratio_{a.encoder}_{a.data}_{a.steps}", round(ratio.median, 3),
+        metric=f"time per step, zoo / transformers' Trainer, median of {ratio.n} alternated pairs",
+        command=this_command(), load=", ".join(r["load"] for r in rows),
+        extra={"min": round(ratio.min, 3), "max": round(ratio.max, 3), "pairs": ratio.n, "zoo_acc": accs["zoo"],
+               "trainer_acc": accs["trainer"], "gap_points": round(gap.median, 2)}))
 
 
 def main() -> None:
