@@ -49,7 +49,7 @@ ANY_NUMBER = re.compile(r"\d[\d,]*\.\d+|\b\d+ ?(?:s|min|%)(?!\w)")
 BOLD = re.compile(r"\*\*[^*\n]+\*\*")
 HEADLINES = [("README.md", "## What each domain reaches", False),
              *((f"docs/results/{n}.md", "## Tables", True) for n in ("vision", "nlp", "rl", "gan")),
-             *((f"docs/{n}.md", None, True) for n in ("vision", "nlp", "rl", "gan"))]
+             *((f"docs/{n}.md", None, True) for n in ("vision", "nlp", "rl", "gan", "bench", "overhead"))]
 
 
 def section(text: str, heading: str | None) -> str:
