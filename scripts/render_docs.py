@@ -7,7 +7,8 @@ A quoted number is written between two HTML comments (invisible on GitHub) that 
 
     **<!--r gan.fd-->1.83<!--/r-->**        the record's value, as stored
     <!--r gan.fd .2f-->1.83<!--/r-->        formatted (a Python format spec: .3f, ,.1f, .0f, .1%)
-    <!--r gan.fd extra.floor .2f-->0.64<!--/r-->   a figure the record keeps beside its value
+    <!--r gan.fd extra.floor .2f-->0.64<!--/r-->   a figure the record keeps beside its value (extra.seeds.0: a list's
+                                                    first item; load: the machine's load)
 
 The record is docs/results/records/<id>.json, written by the command that measured the number
 (scripts/evidence/common.write_record). The rule, and which tables must be marked: docs/architecture.md.
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "docs" / "results" / "records"
 
-MARK = re.compile(r"<!--r (?P<id>[a-z0-9_]+(?:\.[a-z0-9_]+)+)(?: (?P<field>value|extra\.[A-Za-z0-9_.]+))?"
+MARK = re.compile(r"<!--r (?P<id>[a-z0-9_]+(?:\.[a-z0-9_]+)+)(?: (?P<field>value|load|extra\.[A-Za-z0-9_.]+))?"
                   r"(?: (?P<fmt>[^ >]+))?-->(?P<text>.*?)<!--/r-->")
 # Opened and never closed, or closed twice: a marker the renderer would silently skip.
 LOOSE = re.compile(r"<!--r [^>]*-->(?:(?!<!--/r-->).)*$|<!--r [^>]*-->(?:(?!<!--/r-->).)*<!--r ", re.M)
@@ -43,12 +44,13 @@ PAGES = ["README.md", *(f"docs/{n}.md" for n in ("vision", "nlp", "rl", "speech"
          *(f"docs/results/{n}.md" for n in ("vision", "nlp", "rl", "speech", "gan"))]
 
 
-# Where every number must be marked: (page, the section's heading, what counts as a quoted number there). README's
-# table is strict (every decimal, every time or share); elsewhere the bold numbers, the headline ones, must be.
-ANY_NUMBER = re.compile(r"\d[\d,]*\.\d+|\b\d+ ?(?:s|min|%)(?!\w)")
+# Where every number must be marked: (page, the section's heading, bold numbers only). README's domain table and the
+# results pages' tables are strict (every decimal, every time or share); in the guides the bold, headline ones.
+# A decimal (not a version such as 2.9.2), or a count of seconds, minutes or percent.
+ANY_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*\.\d+(?!\.?\d)|\b\d+ ?(?:s|min|%)(?!\w)")
 BOLD = re.compile(r"\*\*[^*\n]+\*\*")
 HEADLINES = [("README.md", "## What each domain reaches", False),
-             *((f"docs/results/{n}.md", "## Tables", True) for n in ("vision", "nlp", "rl", "gan")),
+             *((f"docs/results/{n}.md", "## Tables", False) for n in ("vision", "nlp", "rl", "gan")),
              *((f"docs/{n}.md", None, True) for n in ("vision", "nlp", "rl", "gan", "bench", "overhead"))]
 
 
@@ -71,7 +73,7 @@ def unmarked(text: str, bold_only: bool) -> list[str]:
     with `bold_only`, those inside bold text only."""
     text = re.sub(r"```.*?```", "", text, flags=re.S)
     text = MARK.sub("#", text)
-    text = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->", "", text)
+    text = re.sub(r"`[^`]*`|\[[^\]]*\]\([^)]*\)|<!--.*?-->", "", text)  # code, links (their text names a section)
     spans = [m[0] for m in BOLD.finditer(text)] if bold_only else [text]
     return [f"{n[0]} (in {span[:50]!r})" if bold_only else n[0] for span in spans for n in ANY_NUMBER.finditer(span)]
 
@@ -87,12 +89,17 @@ class Missing(LookupError):
 def shown(record: dict, field: str | None, fmt: str | None) -> str:
     """The text a marker shows: the record's value (or one of its extra figures), formatted."""
     value = record["value"]
-    if field and field != "value":
+    if field == "load":
+        value = record["load"]
+    elif field and field != "value":
         value = record.get("extra", {})
         for key in field.split(".")[1:]:
-            if not isinstance(value, dict) or key not in value:
+            if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            elif isinstance(value, dict) and key in value:
+                value = value[key]
+            else:
                 raise Missing(f"{record['id']} has no {field}")
-            value = value[key]
     if fmt:
         return format(value, fmt)
     return str(value)

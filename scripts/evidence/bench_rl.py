@@ -310,6 +310,15 @@ def main() -> None:
         print(f"| {r['seed']} | {r['reached']} | {r.get('steps_to_threshold', '-')} | "
               f"{r.get('seconds_to_threshold', '-')} | {r['final_eval']:.1f} | {r['best_eval']:.1f} | "
               f"{r['steps_per_sec']:.0f} |")
+    hits = [r["steps_to_threshold"] for r in results if r["reached"]]
+    if hits:  # the rl pages render the steps each seed needed from this record
+        print("record:", write_record(
+            f"rl.{a.suite}_steps_to_threshold", round(Spread.of(hits).median),
+            metric=f"environment steps until {results[0]['metric']} >= {results[0]['threshold']:g}, median of the "
+                   "seeds that reached it", command=this_command(), preset=SUITES[a.suite][0],
+            extra={"seeds_k": [round(r["steps_to_threshold"] / 1000, 1) if r["reached"] else None for r in results],
+                   "reached": len(hits), "seeds": a.seeds,  # JSON has no NaN: a run without evaluations is null
+                   "final_eval": [r["final_eval"] if r["final_eval"] == r["final_eval"] else None for r in results]}))
 
 
 if __name__ == "__main__":
