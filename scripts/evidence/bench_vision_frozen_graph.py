@@ -71,7 +71,9 @@ def main() -> None:
             "vision.frozen_graph_batch_s", round(statistics.median(times["graph"]), 2), unit="s",
             metric=f"seconds per batch of {args.batch} photos through the frozen backbone (frozen_jit), median",
             command=this_command(), load=f"{load1():.1f}",
-            extra={"eager_s": round(statistics.median(times["eager"]), 2), "pairs": args.pairs}))
+            extra={"eager_s": round(statistics.median(times["eager"]), 2), "pairs": args.pairs,
+                   "ratio_median": round(statistics.median(ratios), 2), "ratio_min": round(min(ratios), 2),
+                   "ratio_max": round(max(ratios), 2)}))
 
 
 if __name__ == "__main__":
