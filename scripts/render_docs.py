@@ -37,11 +37,9 @@ CODE_PATH = re.compile(r"`((?:scripts|docs|configs|tests|zoo|vision|nlp|rl|speec
 # A file beside the checkout (`../shared/DESIGN.md`): a user's clone has nothing there.
 OUTSIDE = re.compile(r"`(\.\./[A-Za-z0-9_./-]+\.(?:py|md|yaml|sh|png|json|txt))`")
 
-# The pages whose numbers come from records: README, the guides and the results pages.
-PAGES = ["README.md", *(f"docs/{n}.md" for n in ("vision", "nlp", "rl", "speech", "gan", "bench", "deploy",
-                                                  "overhead", "usage", "architecture", "pretrained", "search",
-                                                  "scale", "drills")),
-         *(f"docs/results/{n}.md" for n in ("vision", "nlp", "rl", "speech", "gan"))]
+# The pages checked: README, scripts/README.md, the guides, the results pages and every other page under docs/.
+PAGES = ["README.md", "scripts/README.md",
+         *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))]
 
 
 # Where every number must be marked: (page, the section's heading, bold numbers only). README's domain table and the
