@@ -77,7 +77,18 @@ def unmarked(text: str, bold_only: bool) -> list[str]:
 
 
 def load_records(folder: Path = RECORDS) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+    """Every record by id; one that is not a JSON object with a value is refused by name."""
+    records = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SystemExit(f"render_docs: {path} is not a readable JSON record ({type(e).__name__}); "
+                             "re-run the command that writes it") from None
+        if not isinstance(record, dict) or "value" not in record:
+            raise SystemExit(f"render_docs: {path} holds no record (a JSON object with a value)")
+        records[path.stem] = record
+    return records
 
 
 class Missing(LookupError):
@@ -116,6 +127,9 @@ def render(text: str, records: dict[str, dict]) -> tuple[str, list[str]]:
             new = shown(record, m["field"], m["fmt"])
         except Missing as e:
             missing.append(str(e))
+            return m[0]
+        except (ValueError, TypeError):  # e.g. .2f asked of a text value
+            missing.append(f"{m['id']}: format {m['fmt']!r} does not apply to {m['field'] or 'value'}")
             return m[0]
         return m[0][: m.start("text") - m.start()] + new + "<!--/r-->"
 

@@ -74,6 +74,7 @@ def test_a_number_that_differs_from_its_record_is_found_and_rendered(tmp_path):
     ("read `../shared/DESIGN.md` first\n", "outside the repository"),
     ("[design](../shared/DESIGN.md)\n", "outside the repository"),
     ("<!--r gan.fd-->1.83 and on\n", "without its end"),
+    ("<!--r gan.fd extra.floor %Y-->1<!--/r-->\n", "does not apply"),
     ("## What each domain reaches\n| gan | FD **1.97** in 326 s |\n", "without its record"),
 ])
 def test_what_the_check_refuses(tmp_path, page, what):
@@ -85,3 +86,10 @@ def test_a_marked_headline_passes_and_code_spans_are_not_numbers(tmp_path):
     page = ("## What each domain reaches\n| gan | FD **<!--r gan.fd .2f-->1.83<!--/r-->** | `OMP_NUM_THREADS=2 python "
             "x.py --lr 0.5` |\n")
     assert render_docs.problems(_tree(tmp_path, page)) == {}
+
+
+def test_a_broken_record_is_named_not_a_traceback(tmp_path):
+    root = _tree(tmp_path, "<!--r gan.fd-->1.83<!--/r-->\n")
+    (root / "docs" / "results" / "records" / "gan.bad.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="gan.bad.json is not a readable JSON record"):
+        render_docs.problems(root)
