@@ -1,11 +1,15 @@
-"""Callbacks every task gets: the checkpoint on SIGTERM/Ctrl-C; the weight average `trainer.ema_decay` adds."""
+"""Callbacks every task gets: the checkpoint on SIGTERM/Ctrl-C, the stop on a non-finite loss, best checkpoints
+ranked by finite metrics only; the weight average `trainer.ema_decay` adds."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint
+
+log = logging.getLogger("zoo")
 
 
 class InterruptCheckpoint(Callback):
@@ -76,3 +80,60 @@ def ema_refusal(module: Any) -> str:
         else ""
     return (f"trainer.ema_decay: {type(module).__name__} steps its own optimisers, which the weight average does not "
             f"follow; leave trainer.ema_decay=null{own}")
+
+
+class FiniteTraining(Callback):
+    """A non-finite training loss (or, for a task stepping its own optimisers, a non-finite weight) stops the run at
+    that step with one line (a ZooError: exit 2), naming the step and the likely causes, and no checkpoint with a
+    non-finite weight is ever written: a diverged run went on to report metrics and a best checkpoint of NaN weights.
+    The trainer factory puts it first, so that it runs before any callback that saves on a step."""
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        import torch
+
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor) and loss.is_floating_point():
+            if not bool(torch.isfinite(loss.detach()).all()):
+                raise diverged(trainer, f"the training loss is {float(loss.detach().float().mean())}")
+        if not pl_module.automatic_optimization:  # a GAN, PPO: no loss comes back, their weights tell
+            bad = [n for n, p in pl_module.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+            if bad:
+                raise diverged(trainer, f"the weight {bad[0]} holds NaN or infinity")
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        from zoo.core.numbers import non_finite_tensors
+
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:  # raising here is before the file is written: the checkpoints on disk stay the finite ones
+            raise diverged(trainer, f"the weight {bad[0]} holds NaN or infinity")
+
+
+def diverged(trainer: Any, what: str) -> Exception:
+    """The one line of a run that stopped on a non-finite number: where, the likely causes, what is kept."""
+    from pathlib import Path
+
+    from zoo.errors import ZooError
+
+    # the rate the run was set to (a scheduler may have taken the current one to 0 by now)
+    lrs = [g.get("initial_lr", g.get("lr")) for opt in trainer.optimizers for g in opt.param_groups]
+    lr = f" (set to {max(lrs):g})" if lrs and None not in lrs else ""
+    last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+    kept = f"the last finite checkpoint {last} is kept" if last.is_file() else "no checkpoint was saved"
+    return ZooError(f"{what} at step {trainer.global_step} (epoch {trainer.current_epoch}): training diverged, so "
+                    f"the run stopped; the usual causes are a learning rate too high{lr} or NaN/inf values in the "
+                    f"data; lower the learning rate or check the data; {kept}")
+
+
+class FiniteModelCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, except that a NaN or infinite monitored metric ranks no checkpoint (Lightning
+    ranks NaN as the worst value, yet keeps it as the best while no other was saved)."""
+
+    def _save_topk_checkpoint(self, trainer: Any, monitor_candidates: dict[str, Any]) -> None:
+        import torch
+
+        value = monitor_candidates.get(self.monitor) if self.monitor else None
+        if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
+            log.warning("%s is %s at step %d: no best checkpoint is ranked by it", self.monitor, float(value),
+                        trainer.global_step)
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)

@@ -211,10 +211,23 @@ def evaluated_checkpoint(path: Path, asked: str | None) -> tuple[dict, str]:
     names another task."""
     ckpt = load_checkpoint(path)
     task = checkpoint_task(ckpt, path)
+    check_finite_weights(ckpt, path)
     if asked and asked != task:
         raise ZooError(f"checkpoint {path} is from task {task}, not {asked}; drop task=... or pass a {asked} "
                        "checkpoint")
     return ckpt, task
+
+
+def check_finite_weights(ckpt: dict, path: str | Path) -> None:
+    """One line for a checkpoint whose weights hold NaN or infinity (a diverged run): what it predicts or exports
+    would be NaN, which no later check should have to explain."""
+    from zoo.core.numbers import non_finite_tensors
+
+    bad = non_finite_tensors(ckpt.get("state_dict") or {})
+    if bad:
+        more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+        raise ZooError(f"checkpoint {path} holds non-finite weights (NaN or infinity in {bad[0]}{more}): the run that "
+                       "wrote it diverged; use an earlier checkpoint, or train again with a lower learning rate")
 
 
 def find_last(run_dir: Path) -> Path | None:

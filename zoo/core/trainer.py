@@ -195,7 +195,10 @@ def build_trainer(cfg: DictConfig, callbacks: list, loggers: list, plugins: list
     quiet_framework_noise()
     mode = math_mode(cfg.trainer)  # once: Lightning's precision and the log line below both come from it
     kwargs = trainer_kwargs(cfg.trainer, mode)
-    callbacks = [*callbacks, *zoo_callbacks(cfg.trainer, kwargs, callbacks)]
+    from zoo.core.callbacks import FiniteTraining
+
+    # first: a diverged step stops the run before any callback saves on that step (every domain, GAN and PPO too)
+    callbacks = [FiniteTraining(), *callbacks, *zoo_callbacks(cfg.trainer, kwargs, callbacks)]
     if kwargs.get("enable_progress_bar") is False:
         from lightning.pytorch.callbacks import ProgressBar
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -10,6 +9,7 @@ from omegaconf import DictConfig
 from zoo.core import owned
 from zoo.core.build import build_callbacks_and_loggers, build_checked_data, has_test_data, load_module, start
 from zoo.core.naming import output_root
+from zoo.core.numbers import strict_json
 from zoo.core.overrides import override_key, override_value, unquote
 from zoo.core.recorded import checkpoint_overrides
 from zoo.core.resume import checkpoint_argument
@@ -29,6 +29,7 @@ def _evaluate(verb: str, rest: list[str]) -> None:
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "input")]
     if verb == "predict":
         check_predict_trainer_keys(user)
+    check_predict_keys(verb, task, user)
     # `predict.<option>` is free-form (each task reads its own options): add the keys instead of failing on them.
     user = [f"+{o}" if o.startswith("predict.") else o for o in user]
     run_dir = evaluation_dir(verb, path, task)
@@ -62,6 +63,29 @@ def check_predict_trainer_keys(user: list[str]) -> None:
         raise ZooError(f"{' '.join(dropped)}: zoo predict runs the model itself on the CPU, without a Trainer, so "
                        f"this would be dropped; of the trainer settings it applies {', '.join(PREDICT_TRAINER_KEYS)} "
                        "(the others apply to train and test)")
+
+
+def check_predict_keys(verb: str, task: str, user: list[str]) -> None:
+    """Every `predict.<key>` is one the task's predict hook reads (its module's PREDICT_KEYS), or one line: a misspelt
+    `predict.topk=1` was dropped in silence, as `zoo test` drops any predict key."""
+    import difflib
+    import sys
+
+    from zoo.core.config import compose
+
+    asked = {o: override_key(o).split(".")[1] for o in user if override_key(o).startswith("predict.")}
+    if not asked:
+        return
+    if verb != "predict":
+        raise ZooError(f"{next(iter(asked))}: predict.* options are for `zoo predict`; zoo {verb} would drop it")
+    fn = find_hooks(compose([f"task={task}"]).task).predict
+    keys = tuple(getattr(sys.modules.get(getattr(fn, "__module__", "")), "PREDICT_KEYS", ()))
+    for override, key in asked.items():
+        if key not in keys:
+            near = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean predict.{near[0]}? " if near else ""
+            raise ZooError(f"{override}: {task}'s predict reads no predict.{key}, so it would be dropped; {hint}"
+                           f"it reads {', '.join(f'predict.{k}' for k in keys) or 'no predict.* option'}")
 
 
 def evaluation_dir(verb: str, path: Path, task: str) -> Path:
@@ -111,7 +135,7 @@ def test(cfg: DictConfig, ckpt_path: str) -> dict:
     if trainer.is_global_zero and not any(Path(cfg.run_dir).iterdir()):
         owned.remove(cfg.run_dir)  # nothing logged there (logger=none)
     if trainer.is_global_zero:
-        print(json.dumps({"checkpoint": str(ckpt_path), **scalars(metrics)}), flush=True)
+        print(strict_json({"checkpoint": str(ckpt_path), **scalars(metrics)}), flush=True)
     return metrics
 
 
@@ -130,7 +154,7 @@ def predict(cfg: DictConfig, ckpt_path: str) -> None:
     fn = find_hooks(cfg.task).need("predict", "predict")
     with torch.inference_mode():
         for row in fn(module, cfg, cfg.get("input")):
-            print(json.dumps(row), flush=True)
+            print(strict_json(row), flush=True)
 
 
 def test_main(rest: list[str]) -> None:
