@@ -18,6 +18,9 @@ import torch
 
 from zoo.errors import ZooError
 
+# The predict.* keys this task reads (every other predict.* key is refused, not dropped).
+PREDICT_KEYS = ("num", "seed", "grid", "nrow", "classes", "out")
+
 
 def resolve_classes(asked: Any, class_names: list[str], num_classes: int) -> list[int]:
     """Class indices from indices or names; ZooError for a class the model does not have."""

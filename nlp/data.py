@@ -7,6 +7,7 @@ length-grouped indices (`nlp.sampler`), so an epoch of short sentences costs wha
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,6 +30,15 @@ def _sort_labels(labels: set[str]) -> list[str]:
         return sorted(labels, key=float)  # "0","1","10" in numeric order
     except ValueError:
         return sorted(labels)
+
+
+def finite_label(label: Any) -> float:
+    """A regression label as a float; `nan` and `inf` parse as floats but are no target (the loss becomes NaN from
+    the first batch that holds one), so they are refused as any other non-number is."""
+    value = float(label)
+    if not math.isfinite(value):
+        raise ValueError(f"{label!r} is not finite")
+    return value
 
 
 def tokenize(tokenizer: Any, rows: list[dict], max_length: int) -> tuple[list[dict], int]:
@@ -147,7 +157,7 @@ class TextDataModule(pl.LightningDataModule):
             for split, rows in self.rows.items():
                 for i, r in enumerate(rows):
                     try:
-                        r["label"] = float(r["label"])
+                        r["label"] = finite_label(r["label"])
                     except (TypeError, ValueError):
                         raise ZooError(f"{self._where(split, i, r)}: label {r['label']!r} is not a number; regression "
                                        "needs numeric labels (or set task.data.task_type=classification)") from None

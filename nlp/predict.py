@@ -19,6 +19,9 @@ from nlp.files import decode, read_text
 from nlp.sampler import pad_batch
 from zoo.errors import ZooError, one_line
 
+# The predict.* keys this task reads (every other predict.* key is refused, not dropped).
+PREDICT_KEYS = ("batch_size", "max_length", "encoding")
+
 
 def read_inputs(input: str | None, encoding: str = "utf-8",
                 errors: list[dict] | None = None) -> list[tuple[str, str | None]]:
@@ -43,6 +46,9 @@ def read_inputs(input: str | None, encoding: str = "utf-8",
             raise ZooError(f"{path} holds no .txt files with text; put one text per line in .txt files")
     elif path.is_file():
         lines = read_text(path, encoding, key).splitlines()
+    elif path.exists():  # /dev/zero, a FIFO: reading it never ends; its name is no text to classify either
+        raise ZooError(f"input {path} is not a regular file (a device, pipe or socket); pass a text, a file of texts "
+                       "or a folder of .txt files")
     else:
         lines = [str(input)]
     pairs = []

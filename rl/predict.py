@@ -18,6 +18,9 @@ from rl.envs import no_video_hint
 from rl.evaluate import record_episode, run_episodes, save_video
 from zoo.errors import ZooError
 
+# The predict.* keys this task reads (every other predict.* key is refused, not dropped).
+PREDICT_KEYS = ("episodes", "seed", "out", "max_frames", "fps")
+
 
 def predict(model: Any, cfg: DictConfig, input: str | None) -> Iterator[dict]:
     env_id = model.env_cfg["id"]

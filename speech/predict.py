@@ -17,6 +17,10 @@ from .decoding import KINDS
 
 AUDIO_EXT = (".wav", ".flac", ".ogg", ".mp3")
 
+# The predict.* keys this task reads (every other predict.* key is refused, not dropped).
+PREDICT_KEYS = ("batch_size", "decoder", "beam_size", "lexicon", "lm", "lm_text", "lm_order", "lm_weight", "word_score",
+                "max_seconds")
+
 
 def _files(input: str) -> list[str]:
     if os.path.isdir(input):

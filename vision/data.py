@@ -248,6 +248,10 @@ def _folder_classes(train_dir: Path, root: Path) -> list[str]:
         raise ZooError(f"{root} has no train/ folder; ImageFolder data needs <root>/train/<class>/*.jpg "
                        "and <root>/val/<class>/*.jpg")
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
+    empty = [c for c in classes if not any(is_image_file(p) for p in (train_dir / c).rglob("*"))]
+    if empty:  # it would become a class the model is asked to predict without ever seeing one example
+        raise ZooError(f"{train_dir} has class folder(s) without images: {_short(empty)}; add images or remove the "
+                       "empty folder(s)")
     if len(classes) < 2:
         raise ZooError(f"{train_dir} has {len(classes)} class sub-folder(s), a classifier needs at least 2; "
                        f"put images in {train_dir}/<class_name>/")
@@ -279,9 +283,12 @@ class CheckedImageFolder(Dataset):
 
 
 def load_image(path: Path, mode: str = "RGB") -> Any:
-    from PIL import UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError
 
     try:
         return open_image(path, mode)
+    except Image.DecompressionBombError:  # PIL's bound on pixels, checked from the header before any decoding
+        raise ZooError(f"image {path} is too large to decode (over {2 * Image.MAX_IMAGE_PIXELS:,} pixels, PIL's "
+                       "bound against decompression bombs); resize it") from None
     except (UnidentifiedImageError, OSError) as e:
         raise ZooError(f"cannot read image {path} ({type(e).__name__}); remove or replace the file") from None

@@ -12,6 +12,9 @@ from vision.data import eval_transform, load_image
 from zoo.errors import ZooError, one_line
 from zoo.kit.images import IMAGE_EXTENSIONS, is_image_file
 
+# The predict.* keys this task reads (every other predict.* key is refused, not dropped).
+PREDICT_KEYS = ("top_k", "batch_size")
+
 
 def image_files(target: str | None) -> list[Path]:
     if not target:
@@ -19,6 +22,9 @@ def image_files(target: str | None) -> list[Path]:
     path = Path(target).expanduser()
     if path.is_file():
         return [path]
+    if path.exists() and not path.is_dir():  # /dev/zero, a FIFO, a socket: reading one never ends or means nothing
+        raise ZooError(f"input {path} is not a regular file (a device, pipe or socket); pass an image file or a "
+                       "folder of images")
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if is_image_file(p))
         if files:
@@ -31,8 +37,8 @@ def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
     hp = model.hparams
     mode = "L" if hp.in_chans == 1 else "RGB"
     transform = eval_transform(hp.image_size, hp.mean, hp.std)
-    k = min(int(cfg.predict.get("top_k", 5)), hp.num_classes)
-    batch_size = int(cfg.predict.get("batch_size", 32))
+    k = min(positive(cfg.predict, "top_k", 5), hp.num_classes)
+    batch_size = positive(cfg.predict, "batch_size", 32)
     files = image_files(input)
     for start in range(0, len(files), batch_size):
         chunk, images = [], []
@@ -52,3 +58,11 @@ def predict(model: Any, cfg: Any, input: str | None) -> Iterator[dict]:
         for path, p, i in zip(chunk, top.values.tolist(), top.indices.tolist()):
             yield {"file": str(path),
                    "top_k": [{"label": model.class_names[c], "prob": round(q, 4)} for q, c in zip(p, i)]}
+
+
+def positive(opts: Any, key: str, default: int) -> int:
+    """predict.<key> as a whole number of at least 1, or one line."""
+    value = opts.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ZooError(f"predict.{key}={value} must be a whole number of at least 1 (default {default})")
+    return value

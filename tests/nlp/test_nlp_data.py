@@ -74,6 +74,16 @@ def test_labels_inferred_sorted_and_unknown_labels_rejected(tmp_path, tiny_encod
         TextDataModule(tiny_encoder, train_file=str(one))
 
 
+@pytest.mark.parametrize("word", ["nan", "inf", "-Infinity"])
+def test_a_regression_label_that_is_not_finite_is_refused(tmp_path, tiny_encoder, word):
+    """float() reads `nan` and `inf` as numbers: one such label made every loss NaN from its first batch."""
+    rows = [(str(i % 5), f"text {i}") for i in range(20)]
+    rows[7] = (word, "text 7")
+    train = write_tsv(tmp_path / "train.tsv", rows)
+    with pytest.raises(ZooError, match=rf"train.tsv:8: label '{word}' is not a number; regression"):
+        TextDataModule(tiny_encoder, train_file=str(train), task_type="regression")
+
+
 def test_tokenize_truncates_and_counts(tiny_encoder):
     from transformers import AutoTokenizer
 

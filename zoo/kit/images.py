@@ -45,10 +45,27 @@ def check_images(paths: Iterable[Path], where: str) -> None:
 WIDE_GREY = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")  # PIL's 16/32-bit integer and float greyscale modes
 
 
+EXIF_ORIENTATION = 0x0112  # the EXIF tag a camera or phone writes instead of rotating the pixels
+
+
+def upright(im: Any) -> Any:
+    """`im` the way it is meant to be seen: a photo whose EXIF Orientation says "rotated" (6: how a phone stores a
+    portrait shot) has its pixels turned accordingly, as every viewer shows it; others come back unchanged."""
+    from PIL import ImageOps
+
+    try:
+        orientation = im.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 - a damaged EXIF block: the pixels as stored
+        return im
+    return ImageOps.exif_transpose(im) if orientation in range(2, 9) else im
+
+
 def convert(im: Any, mode: str) -> Any:
-    """`im.convert(mode)` at the image's real values. PIL clips 16-bit (and 32-bit, float) greyscale to 0..255 on the
-    way to "L"/"RGB", so a 16-bit PNG or TIFF became almost white; such an image is scaled to 8 bits first (16-bit:
-    /257, as PIL itself reduces 48/64-bit colour; float: 0..1). 16-bit colour PNGs PIL already reads as RGB(A)."""
+    """`im.convert(mode)` upright (its EXIF orientation applied, `upright`) and at the image's real values. PIL clips
+    16-bit (and 32-bit, float) greyscale to 0..255 on the way to "L"/"RGB", so a 16-bit PNG or TIFF became almost
+    white; such an image is scaled to 8 bits first (16-bit: /257, as PIL itself reduces 48/64-bit colour; float:
+    0..1). 16-bit colour PNGs PIL already reads as RGB(A)."""
+    im = upright(im)
     if im.mode not in WIDE_GREY:
         return im.convert(mode)
     import numpy as np
@@ -63,7 +80,7 @@ def convert(im: Any, mode: str) -> Any:
 
 
 def open_image(path: str | Path, mode: str) -> Any:
-    """The image file in `mode` (decoded now, the file closed), at its real values (see `convert`)."""
+    """The image file in `mode` (decoded now, the file closed), upright and at its real values (see `convert`)."""
     from PIL import Image
 
     with Image.open(path) as im:

@@ -9,6 +9,9 @@ def main(rest: list[str]) -> None:
     from zoo.core.config import options
     from zoo.core.presets import RECOMMENDED
 
+    if len(rest) > 1:  # `zoo list vision/resnet extra`: the extra word was ignored in silence
+        raise ZooError(f"zoo list takes at most one task, not {' '.join(rest)}; run `python -m zoo list <task>` once "
+                       "per task")
     if rest:
         return _list_task(rest[0])
     tasks, presets = options("task"), options("experiment")
