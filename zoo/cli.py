@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         if how is None:
             raise
         stops.exit_stopped(how)
+    finally:
+        if argv is None:  # this process's own command: it ends now
+            stops.done()
 
 
 def _main(argv: list[str]) -> None:

@@ -47,6 +47,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Stopped
 
 
+def done() -> None:
+    """The verb has ended: a SIGTERM arriving while the interpreter exits has nothing left to stop. Raised there, it
+    lands inside an atexit callback (torch's) as a traceback after the verb's last line; it is ignored instead, and
+    the process ends as the verb did."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C as Python's own handler, except that it waits for a FRAGILE package's import to finish."""
     if os.getpid() == _OWNER and _importing_fragile(frame):

@@ -64,7 +64,9 @@ def trusted_target(name: Any) -> bool:
 
 def trusted_package(name: Any) -> bool:
     """A task package whose hook modules the zoo imports: one of its own, or one the config tree's tasks name."""
-    return isinstance(name, str) and (name in PACKAGES or name in tree()[2])
+    if not isinstance(name, str) or not name:
+        return False
+    return _under(name, PACKAGES) and not _under(name, LOADERS) or name in tree()[2]
 
 
 def trusted_module(spec: Any) -> bool:
@@ -73,8 +75,8 @@ def trusted_module(spec: Any) -> bool:
     if not isinstance(spec, str) or not spec:
         return False
     module = spec.partition(":")[0]
-    package, _, rest = module.partition(".")
-    return rest in HOOK_MODULES and trusted_package(package) or module in tree()[1]
+    package, _, last = module.rpartition(".")
+    return last in HOOK_MODULES and trusted_package(package) or module in tree()[1]
 
 
 def refusal(source: str, named: list[str]) -> str:
