@@ -44,7 +44,7 @@ class SpeechDataset(Dataset):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str, str | None]:
         wave = self._cache.get(i)
         if wave is None:
             wave = load_audio(self.rows[i].path, self.sample_rate)
@@ -56,7 +56,7 @@ class SpeechDataset(Dataset):
                 wave = resampler(self.sample_rate, int(round(self.sample_rate * factor)))(wave)
         if self.augment is not None:
             wave = self.augment(wave)
-        return wave, self.texts[i]
+        return wave, self.texts[i], self.rows[i].speaker
 
 
 class Collate:
@@ -67,8 +67,10 @@ class Collate:
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
 
-    def __call__(self, batch: list[tuple[torch.Tensor, str]]) -> dict:
-        waves, texts = zip(*batch)
+    def __call__(self, batch: list[tuple]) -> dict:
+        """Items (wave, text) or (wave, text, speaker); "speakers" is None per item where none is known."""
+        waves, texts = [b[0] for b in batch], [b[1] for b in batch]
+        speakers = [b[2] if len(b) > 2 else None for b in batch]
         lengths = torch.tensor([len(w) for w in waves])
         wave = torch.zeros(len(waves), int(lengths.max()))
         for i, w in enumerate(waves):
@@ -79,7 +81,7 @@ class Collate:
         for i, x in enumerate(ids):
             targets[i, : len(x)] = torch.tensor(x, dtype=torch.long)
         return {"wave": wave, "lengths": lengths, "targets": targets, "target_lengths": target_lengths,
-                "texts": list(texts)}
+                "texts": list(texts), "speakers": speakers}
 
 
 class BucketBatchSampler(BatchSampler):
@@ -255,18 +257,58 @@ class SynthDigitsDataModule(SpeechDataModule):
 
 
 class ManifestDataModule(SpeechDataModule):
-    """A user's own data: JSON-lines manifests (test optional: falls back to val)."""
+    """A user's own data: JSON-lines manifests. val_manifest null: validation is carved from the training manifest
+    by speaker (`val_speakers`: how many, or which), so no speaker is in both; test_manifest null: test = val.
+    speakers: a TSV of speaker and age (speakers.tsv: `speaker<TAB>age<TAB>...`): the test's WER is then also
+    reported for children (under 18) and adults, and a carved validation holds both in their share."""
 
     def __init__(self, train_manifest: str | None = None, val_manifest: str | None = None,
-                 test_manifest: str | None = None, **kwargs) -> None:
+                 test_manifest: str | None = None, val_speakers: int | list | None = None,
+                 speakers: str | None = None, split_seed: int = 0, **kwargs) -> None:
         super().__init__(**kwargs)
-        if not train_manifest or not val_manifest:
-            raise ZooError("ManifestDataModule needs task.data.train_manifest and task.data.val_manifest "
-                           "(JSON lines with audio_filepath, text)")
+        if not train_manifest:
+            raise ZooError("ManifestDataModule needs task.data.train_manifest (JSON lines with audio_filepath, text)")
+        if not val_manifest and not val_speakers:
+            raise ZooError("ManifestDataModule needs task.data.val_manifest, or task.data.val_speakers (a count or a "
+                           "list of speakers) to carve validation from the training manifest by speaker")
         self.paths = {"train": train_manifest, "val": val_manifest, "test": test_manifest or val_manifest}
+        self.val_speakers, self.split_seed = val_speakers, split_seed
+        self.speaker_groups = read_speaker_groups(os.path.expanduser(speakers)) if speakers else {}
+        self.chosen_val_speakers: list[str] = []
 
     def load_rows(self) -> dict[str, list[Utterance]]:
-        return {s: read_manifest(os.path.expanduser(p), self.max_duration) for s, p in self.paths.items()}
+        rows = {s: read_manifest(os.path.expanduser(p), self.max_duration) for s, p in self.paths.items() if p}
+        if not self.paths["val"]:
+            from .splits import carve_speakers
+
+            rows["train"], rows["val"] = carve_speakers(rows["train"], self.val_speakers, self.split_seed,
+                                                        self.speaker_groups, self.paths["train"])
+            self.chosen_val_speakers = sorted({r.speaker for r in rows["val"]})
+            log.info("validation: %d speakers carved from %s by task.data.val_speakers: %s",
+                     len(self.chosen_val_speakers), self.paths["train"], " ".join(self.chosen_val_speakers))
+            rows.setdefault("test", rows["val"])
+        return rows
+
+
+def read_speaker_groups(path: str) -> dict[str, str]:
+    """speaker -> "children" (age under 18) or "adults", from a TSV with a header naming `speaker` and `age`."""
+    import csv
+
+    if not os.path.isfile(path):
+        raise ZooError(f"task.data.speakers: {path} not found; give a TSV with speaker and age columns, or null")
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t")
+        if not {"speaker", "age"} <= set(reader.fieldnames or []):
+            raise ZooError(f"task.data.speakers: {path} has columns {reader.fieldnames}; it needs a header with "
+                           "speaker and age (tab-separated)")
+        groups = {}
+        for n, row in enumerate(reader, 2):
+            try:
+                groups[row["speaker"]] = "children" if float(row["age"]) < 18 else "adults"
+            except (TypeError, ValueError):
+                raise ZooError(f"task.data.speakers: {path}:{n}: age {row['age']!r} is not a number; "
+                               "fix the line") from None
+    return groups
 
 
 class LibriSpeechDataModule(SpeechDataModule):

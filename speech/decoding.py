@@ -105,11 +105,28 @@ class BeamDecoder:
 
     lexicon: a file of `word<TAB>c h a r s |` lines (flashlight format), or a list of words (spelled with the
     vocabulary's characters), restricting output to known words; lm: a KenLM binary/ARPA file (needs the lexicon
-    or word units, as flashlight requires). Both optional.
+    or word units, as flashlight requires). Both optional. lm_text: a text file, one sentence per line, from which
+    the zoo builds a word n-gram LM of order lm_order (speech/ngram.py) and, unless lexicon is given, the lexicon:
+    the words of that text (a word outside it cannot be emitted).
     """
 
     def __init__(self, tokens: Sequence[str], beam_size: int = 20, lexicon: str | Sequence[str] | None = None,
-                 lm: str | None = None, lm_weight: float = 0.5, word_score: float = 0.0) -> None:
+                 lm: str | None = None, lm_weight: float = 0.5, word_score: float = 0.0,
+                 lm_text: str | None = None, lm_order: int = 3) -> None:
+        if lm_text is not None and lm is not None:
+            raise ZooError("decoder: give lm (a KenLM/ARPA file) or lm_text (text to build one from), not both")
+        with tempfile.TemporaryDirectory() as tmp:
+            if lm_text is not None:
+                from .ngram import write_lm
+
+                lm, lm_words = write_lm(str(lm_text), int(lm_order), tmp)
+                if lexicon is None:  # the LM's words that the vocabulary can spell
+                    known = set(tokens[1:]) - {" "}
+                    lexicon = [w for w in lm_words if not set(w) - known]
+            self._build(tokens, beam_size, lexicon, lm, lm_weight, word_score, tmp)
+
+    def _build(self, tokens: Sequence[str], beam_size: int, lexicon: str | Sequence[str] | None, lm: str | None,
+               lm_weight: float, word_score: float, tmp: str) -> None:
         words = None if lexicon is None or isinstance(lexicon, str) else [str(w) for w in lexicon]
         for path, what in ((None if words is not None else lexicon, "lexicon"), (lm, "lm")):
             if path and not os.path.isfile(path):
@@ -120,16 +137,16 @@ class BeamDecoder:
 
         self.tokens = [SIL if t == " " else t for t in tokens]
         self.tokens[0] = "-"  # blank
-        with tempfile.TemporaryDirectory() as tmp:  # flashlight reads the lexicon while it builds the decoder
-            if words is not None:
-                lexicon = write_lexicon(words, tokens, os.path.join(tmp, "words.lex"))
-            # With a lexicon, the best path can end inside a word ("thre"), and flashlight leaves `words` empty on
-            # some complete paths: keep a few paths and take the best whose spelling is lexicon words only.
-            self.lexicon_words = set(_file_words(lexicon)) if lexicon else None
-            self._decoder = ctc_decoder(lexicon=lexicon, tokens=self.tokens, lm=lm, beam_size=beam_size,
-                                        nbest=min(beam_size, 10) if self.lexicon_words is not None else 1,
-                                        lm_weight=lm_weight if lm else 0.0, word_score=word_score, blank_token="-",
-                                        sil_token=SIL, unk_word="<unk>")
+        # flashlight reads the lexicon and the LM while it builds the decoder: `tmp` lives until then
+        if words is not None:
+            lexicon = write_lexicon(words, tokens, os.path.join(tmp, "words.lex"))
+        # With a lexicon, the best path can end inside a word ("thre"), and flashlight leaves `words` empty on
+        # some complete paths: keep a few paths and take the best whose spelling is lexicon words only.
+        self.lexicon_words = set(_file_words(lexicon)) if lexicon else None
+        self._decoder = ctc_decoder(lexicon=lexicon, tokens=self.tokens, lm=lm, beam_size=beam_size,
+                                    nbest=min(beam_size, 10) if self.lexicon_words is not None else 1,
+                                    lm_weight=lm_weight if lm else 0.0, word_score=word_score, blank_token="-",
+                                    sil_token=SIL, unk_word="<unk>")
 
     def __call__(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """emissions (B, T, V) log-probabilities (float32, CPU)."""

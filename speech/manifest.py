@@ -3,9 +3,11 @@
 Policy for bad lines (documented in docs/speech.md):
 - a line that is not JSON or lacks `audio_filepath` / `text` stops the run with the file and line number:
   the manifest itself is broken and a partial read would silently train on the wrong data;
-- a line whose audio is missing, unreadable, empty or longer than `max_duration` is skipped, and the skips are
+- a line whose transcript is empty, or whose audio is missing, unreadable, empty, holds NaN or inf samples or is
+  longer than `max_duration` is skipped, and the skips are
   counted in one warning per manifest (reason -> count, first example). If every line is skipped it is an error.
-- `duration` is optional: the file header is authoritative (a stale duration would mis-bucket batches).
+- `duration` is optional: the file header is authoritative (a stale duration would mis-bucket batches);
+- `speaker` is optional: read where a split by speaker or a per-speaker WER needs it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from zoo.errors import ZooError
 
 from .audio import probe
+from .vocab import normalize_text
 
 log = logging.getLogger(__name__)
 REQUIRED = ("audio_filepath", "text")
@@ -29,6 +32,7 @@ class Utterance:
     path: str
     duration: float
     text: str
+    speaker: str | None = None
 
 
 def read_manifest(path: str, max_duration: float | None = None) -> list[Utterance]:
@@ -51,7 +55,9 @@ def read_manifest(path: str, max_duration: float | None = None) -> list[Utteranc
                                "each line needs audio_filepath and text")
             audio = os.path.join(base, os.path.expanduser(str(row["audio_filepath"])))
             reason = None
-            if not os.path.isfile(audio):
+            if not normalize_text(str(row["text"] or "")):  # nothing to learn, and a WER with no reference words
+                reason = "empty transcript"
+            elif not os.path.isfile(audio):
                 reason = "missing file"
             else:
                 duration, reason = probe(audio)
@@ -61,7 +67,8 @@ def read_manifest(path: str, max_duration: float | None = None) -> list[Utteranc
                 skipped[reason] += 1
                 example.setdefault(reason, f"line {lineno}: {audio}")
                 continue
-            rows.append(Utterance(audio, float(duration), str(row["text"])))
+            speaker = row.get("speaker")
+            rows.append(Utterance(audio, float(duration), str(row["text"]), None if speaker is None else str(speaker)))
     report_skips(path, skipped, example, kept=len(rows))
     return rows
 

@@ -17,6 +17,8 @@ from zoo.errors import ZooError
 from .decoding import KINDS, BeamDecoder, WordDecoder, greedy_decode
 from .features import LogMel, SpecAugment
 from .models import build_model
+from .scoring import SpeakerScores
+from .text import normalize_for_scoring
 from .vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class CTCRecognizer(L.LightningModule):
         kinds = {"cer": CharErrorRate, "wer": WordErrorRate, "acc": MeanMetric}
         self.metrics = torch.nn.ModuleDict({f"{s}_{m}": kinds[m]() for s in ("val", "test") for m in kinds})
         self._examples: list[dict] = []
+        self._speakers = SpeakerScores()
         # task.module.pretrained: a speech/ctc checkpoint (any vocabulary) or weights file (speech/pretrained.py). The
         # zoo saves it as False in every checkpoint, so load_from_checkpoint never reads the source again.
         from .pretrained import load_pretrained
@@ -178,9 +181,13 @@ class CTCRecognizer(L.LightningModule):
 
     def _eval_step(self, batch: dict, stage: str, batch_idx: int) -> None:
         loss, log_probs, out_lengths = self._loss(batch)
-        hyps = self.decode(log_probs, out_lengths)
-        refs = batch["texts"]
+        raw_hyps = self.decode(log_probs, out_lengths)
+        # WER and CER on the scoring rule's text (speech/text.py: case, punctuation, numbers as words)
+        hyps = [normalize_for_scoring(h) for h in raw_hyps]
+        refs = [normalize_for_scoring(r) for r in batch["texts"]]
         n = len(refs)
+        if stage == "test":
+            self._speakers.add(batch.get("speakers") or [None] * n, hyps, refs)
         self.metrics[f"{stage}_cer"].update(hyps, refs)
         self.metrics[f"{stage}_wer"].update(hyps, refs)
         self.metrics[f"{stage}_acc"].update(torch.tensor([float(h == r) for h, r in zip(hyps, refs)]))
@@ -190,14 +197,36 @@ class CTCRecognizer(L.LightningModule):
         self.log(f"{stage}/acc", self.metrics[f"{stage}_acc"], batch_size=n)
         if stage == "val" and batch_idx == 0:
             k = min(n, self.hparams.num_val_examples)
-            self._examples = [{"wave": batch["wave"][i, : batch["lengths"][i]].cpu(), "ref": refs[i], "hyp": hyps[i]}
-                              for i in range(k)]
+            self._examples = [{"wave": batch["wave"][i, : batch["lengths"][i]].cpu(), "ref": batch["texts"][i],
+                               "hyp": raw_hyps[i]} for i in range(k)]
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._eval_step(batch, "val", batch_idx)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._eval_step(batch, "test", batch_idx)
+
+    def on_fit_start(self) -> None:
+        # The speakers carved out for validation (task.data.val_speakers) are part of the run: kept beside it.
+        chosen = getattr(getattr(self.trainer, "datamodule", None), "chosen_val_speakers", None)
+        if chosen and self.trainer.is_global_zero:
+            from .scoring import write_run_file
+
+            write_run_file(self.trainer.default_root_dir, "val_speakers.txt", "\n".join(chosen) + "\n")
+
+    def on_test_epoch_start(self) -> None:
+        self._speakers = SpeakerScores()
+
+    def on_test_epoch_end(self) -> None:
+        """Per-speaker WER into the run folder (test_speakers.tsv); with speaker groups (task.data.speakers), the
+        test's WER of each group as test/wer_<group>."""
+        data = getattr(self.trainer, "datamodule", None)
+        groups = getattr(data, "speaker_groups", None) or {}
+        for group, rate in self._speakers.group_wer(groups).items():
+            self.log(f"test/wer_{group}", rate)
+        if self._speakers.known() and self.trainer.is_global_zero:
+            out = self._speakers.write(self.trainer.default_root_dir, groups)
+            log.info("per-speaker WER: %s", out)
 
     def on_validation_epoch_end(self) -> None:
         if self._examples and not self.trainer.sanity_checking:
