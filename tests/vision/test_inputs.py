@@ -36,11 +36,6 @@ def test_a_phone_photo_is_read_upright(tmp_path):
     assert got.size == seen.size == (20, 30)
     top, bottom = np.asarray(got)[:8].mean((0, 1)), np.asarray(got)[-8:].mean((0, 1))
     assert top[0] > 200 and top[2] < 60 and bottom[2] > 200, (top, bottom)
-
-
-def test_a_photo_without_orientation_is_unchanged(tmp_path):
-    from zoo.kit.images import open_image
-
     Image.new("RGB", (30, 20), (9, 8, 7)).save(tmp_path / "plain.jpg")
     assert open_image(tmp_path / "plain.jpg", "RGB").size == (30, 20)
 

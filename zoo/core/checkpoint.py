@@ -75,8 +75,12 @@ def disk_full_message(path: Path, checkpoint: dict) -> str:
     import shutil
 
     need = sum(t.untyped_storage().nbytes() for t in {id(t): t for t in _tensors(checkpoint)}.values())
-    free = shutil.disk_usage(path.parent).free
-    kept = sorted((p for p in path.parent.glob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    there = path.parent  # removing the partial file took back the checkpoints folder it alone was in
+    while not there.is_dir() and there != there.parent:
+        there = there.parent
+    free = shutil.disk_usage(there).free
+    kept = sorted((p for p in path.parent.glob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime) \
+        if path.parent.is_dir() else []
     last = f"the last good checkpoint {path if path.is_file() else kept[-1]} is kept" if kept else \
         "no earlier checkpoint of this run exists"
     run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
@@ -167,7 +171,7 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     if not p.is_file():
         hint = " (it is a folder: point at a .ckpt inside it, e.g. checkpoints/last.ckpt)" if p.is_dir() else ""
         raise ZooError(f"checkpoint not found: {p}{hint}; check the path or list runs with `ls outputs/`")
-    if not zipfile.is_zipfile(p):
+    if not zipfile.is_zipfile(p) and not legacy_torch_file(p):
         raise ZooError(f"{p} is not a zoo checkpoint (not a PyTorch file at all: wrong file, or cut short while "
                        "copying); use the run's checkpoints/last.ckpt or best-*.ckpt")
     try:
@@ -182,6 +186,20 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
         raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
                        "the task's `pretrained=<file>` option instead")
     return ckpt
+
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the number torch.save's pre-1.6 format pickles first
+
+
+def legacy_torch_file(path: Path) -> bool:
+    """Whether `path` is in torch.save's legacy (non-zip) format (`_use_new_zipfile_serialization=False`, torch
+    before 1.6): a pickled magic number first. torch.load(weights_only=True) reads it as safely as a zip file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(14)
+    except OSError:
+        return False
+    return head[:4] == b"\x80\x02\x8a\x0a" and int.from_bytes(head[4:14], "little") == LEGACY_MAGIC
 
 
 def unpickling_refusal(path: Path, error: str) -> str:

@@ -195,6 +195,8 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
         raise ZooError(f"{o.input_line}: interval() is a continuous range that only a search sweeper can sample; "
                        f"list the values to try instead, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2, or run a search: "
                        "-m hparams_search=<task> (docs/search.md)")
+    validate.check_deletions(parsed, cfg)  # `~task`, `~seed`: before any check reads them
+    validate.check_seed(cfg)
     validate.check_types(parsed, base, GROUPS)
     validate.check_batch_sizes(cfg)
     validate.check_optimizers(cfg)
@@ -289,6 +291,9 @@ def check_output_dir(cfg: Any, multirun: bool) -> None:
     there is a traceback per process, after its output folder was half made."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     folder = _select(cfg, key)
+    if folder is not None and not str(folder).strip():
+        raise ZooError(f"{key} is empty, which puts the run's files into the current folder among yours; name a "
+                       f"folder ({key}=runs/first) or leave {key} out for the default")
     if folder:
         check_writable(Path(str(folder)), "the run folder" if not multirun else "the sweep folder",
                        f"set ZOO_OUTPUT_ROOT=<a writable folder> or {key}=<a writable folder>")

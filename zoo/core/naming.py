@@ -103,12 +103,19 @@ def output_root() -> Path:
     return Path(os.environ.get("ZOO_OUTPUT_ROOT", "outputs"))
 
 
+NAME_MAX = 255  # bytes in one file or folder name (ext4, xfs, btrfs, APFS, NTFS's 255 UTF-16 units)
+
+
 def check_writable(folder: Path, what: str, fix: str) -> None:
     """Refuse, in one line, a folder that cannot be made or written: its nearest existing ancestor must be a folder
     in which a file can be created. (Probed by creating one, not by permission bits: root passes those.)"""
     from zoo.core import owned
 
     folder = Path(folder).expanduser().absolute()
+    long = next((p for p in folder.parts if len(os.fsencode(p)) > NAME_MAX), None)
+    if long is not None:  # os.stat's ENAMETOOLONG was a traceback, here and in Hydra
+        raise ZooError(f"cannot write {what} {str(folder)[:80]}...: its part {long[:24]}... is "
+                       f"{len(os.fsencode(long))} bytes, over the {NAME_MAX} a file name may have; {fix}")
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -1,4 +1,5 @@
-"""Stops asked for (SIGTERM, Ctrl-C) in every verb and at every moment, imports included: one line, exit 143 / 130.
+"""Stops asked for (SIGTERM, Ctrl-C; SIGHUP, a closed terminal, taken as SIGTERM) in every verb and at every moment,
+imports included: one line, exit 143 / 130.
 
 Python turns Ctrl-C into KeyboardInterrupt where the program is; SIGTERM, by default, ends the process on the spot,
 so `finally` blocks never run and temp files (an export's staging folder, a half-written file) stay. `install()`
@@ -30,6 +31,8 @@ def install() -> None:
     global _OWNER
     _OWNER = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # nohup's SIG_IGN stays
+        signal.signal(signal.SIGHUP, _on_sighup)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
 
@@ -52,6 +55,17 @@ def done() -> None:
     lands inside an atexit callback (torch's) as a traceback after the verb's last line; it is ignored instead, and
     the process ends as the verb did."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _on_sighup(signum: int, frame: FrameType | None) -> None:
+    """The terminal closed (SIGHUP): a stop like SIGTERM, delivered as one, so that whichever handler is in place
+    (this module's, or Lightning's during a run: it saves last.ckpt at the next batch boundary) stops the work. By
+    default SIGHUP ended the process on the spot: no last.ckpt, a partial checkpoint temp file left behind."""
+    if os.getpid() != _OWNER:  # a forked worker: end as SIGHUP would have ended it
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGHUP)
+        return
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:

@@ -388,3 +388,43 @@ def _check_target(key: str, target: str) -> None:
         raise ZooError(f"{key}._target_={target}: {module or 'no module'} has no {name!r}"
                        + (f"; did you mean {', '.join(near)}?" if near else
                           f"; it has {', '.join(have[:8]) or 'nothing callable'}"))
+
+
+# numpy's and Lightning's seed range (seed_everything passes the seed to numpy): anything else was a traceback
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def check_seed(cfg: Any) -> None:
+    from omegaconf import OmegaConf
+
+    seed = OmegaConf.select(cfg, "seed", throw_on_resolution_failure=False)
+    if seed is None:
+        return  # a deleted seed is check_deletions' to say
+    low, high = SEED_RANGE
+    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
+        raise ZooError(f"seed={seed} must be a whole number from {low} to {high} (numpy's range); e.g. seed=42")
+
+
+# What every verb reads from the composed config, whether or not an interpolation names it.
+REQUIRED = ("task", "seed", "trainer", "run_dir")
+
+
+def check_deletions(parsed: list, cfg: Any) -> None:
+    """`~key` removes a key; one the zoo needs (`~task`, `~seed`) or one that other values interpolate (`${seed}` in
+    task.data.seed) left the run to fail mid-way with an interpolation traceback: one line instead."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    deleted = [o.get_key_element().lstrip("~") for o in parsed if o.is_delete()]
+    if not deleted:
+        return
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    refs = [(key, ref) for key, value in _leaves(plain, "") if isinstance(value, str)
+            for ref in re.findall(r"\$\{([\w.]+)\}", value)]
+    for key in deleted:
+        readers = [k.lstrip(".") for k, ref in refs if ref == key or ref.startswith(key + ".")]
+        if key in REQUIRED or readers:
+            why = "every run reads it" if key in REQUIRED else f"{readers[0]} reads it"
+            raise ZooError(f"~{key} deletes a key the zoo needs ({why}); set it to another value instead: "
+                           f"{key}=<value>")
