@@ -310,3 +310,32 @@ def test_a_stop_while_reproduce_waits_ends_as_a_stop_whatever_the_re_run_returne
     monkeypatch.setattr(reproduce.subprocess, "Popen", lambda command: Child())
     with pytest.raises(Stopped):
         reproduce.run_train(["zoo", "train"])
+
+
+@pytest.mark.parametrize("zoo", [[], "task", {"task": 5}, {"task": ["toy/blobs"]}])
+def test_a_checkpoint_whose_zoo_record_is_misshapen_is_one_line(zoo):
+    """`zoo test` of a checkpoint whose record was a list, or whose task was a number: AttributeError / TypeError."""
+    from zoo.core.checkpoint import checkpoint_task
+
+    with pytest.raises(ZooError, match="zoo metadata|task name"):
+        checkpoint_task({"zoo": zoo}, "x.ckpt")
+
+
+@pytest.mark.parametrize("record", [[], "task=vision/resnet", {"overrides": "seed=1"}, {"overrides": 3}])
+def test_a_record_whose_overrides_are_misshapen_is_one_line(record):
+    """A continued sweep reads its checkpoint's record with `.get`: a list there was an AttributeError."""
+    from zoo.core.presets import recorded_overrides
+
+    with pytest.raises(ZooError, match="not a list"):
+        recorded_overrides(record)
+
+
+def test_an_override_the_user_types_again_is_the_users():
+    """A sweep continued with the command that started it (its own test callback) names the recorded override again
+    on the command line: the user's choice, as the config tree's names are."""
+    from zoo.core.trust import check_overrides
+
+    typed = "+callbacks.sig._target_=signal_after.SignalAfter"
+    check_overrides([f"+{typed}"], "the checkpoint", args=[typed, "seed=1"])
+    with pytest.raises(ZooError, match="signal_after"):
+        check_overrides([f"+{typed}"], "the checkpoint", args=["+callbacks.sig._target_=other.Thing"])

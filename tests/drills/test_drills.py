@@ -57,7 +57,7 @@ def rows() -> list[Drill]:
               promise="Ctrl-C while the run starts: exit 130, your folder as it was"),
         Drill("train-sigterm-mid-work-then-resume-in-a-users-folder",
               [Step([*TOY, *SIGTERM_AT_STEP_3, "hydra.run.dir=run"], 143, "stopped by SIGTERM.*ckpt_path="),
-               Step(["ckpt_path=run"])],
+               Step(["ckpt_path=run", "trust_artifact=true"])],  # the run's own test callback (tests/signal_after)
               setup=lambda w, a: user_files(w / "run"), may_change=RUN_FILES,
               check=lambda w, c: (assert_watch_names(w / "run", c[1]), assert_user_files(w / "run")),
               promise="SIGTERM mid-epoch keeps last.ckpt beside your files; the resume finishes and names its folder"),

@@ -217,10 +217,14 @@ def unpickling_refusal(path: Path, error: str) -> str:
 
 
 def checkpoint_task(ckpt: dict, path: str | Path) -> str:
-    task = ckpt.get("zoo", {}).get("task")
+    record = ckpt.get("zoo")
+    task = record.get("task") if isinstance(record, dict) else None
     if not task:
         raise ZooError(f"{path} was not written by zoo (no zoo metadata); pass `task=<domain>/<name>` and use the "
                        "task's `pretrained=<file>` option to fine-tune from it")
+    if not isinstance(task, str):  # a record is artifact data: its fields are checked before use
+        raise ZooError(f"{path} records {task!r} as its task, not a task name: it was edited or is not a zoo "
+                       "checkpoint; use the run's own checkpoints/last.ckpt or best-*.ckpt")
     return task
 
 

@@ -50,7 +50,7 @@ def recorded_overrides(record: Mapping[str, Any], source: str = "the checkpoint'
     opted in on this command line (`args`, else the process's own); an opt-in recorded there is never carried."""
     from zoo.core import trust
 
-    listed = record.get("overrides") or []
+    listed = (record.get("overrides") or []) if isinstance(record, Mapping) else None
     if not isinstance(listed, (list, tuple)):
         raise ZooError(f"{source} are not a list; this is not a zoo record (or it was edited): retrain, or pass "
                        "task=<domain>/<name> and the task's pretrained=<file> option to start from its weights")
