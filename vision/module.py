@@ -1,10 +1,12 @@
-"""ImageClassifier: a timm backbone with a fresh head, fine-tuned full, as a linear probe, or gradually."""
+"""ImageClassifier: a timm backbone by name with a fresh head, fine-tuned full, as a linear probe, or gradually.
+
+The cached-features head (the frozen backbone run once per image, the head fitted to cached views, flip TTA) is
+vision/cached_head.py's CachedHeadClassifier, a subclass: this class is the general one.
+"""
 
 from __future__ import annotations
 
 import logging
-import time
-import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,8 +15,6 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from vision import finetune as ft
-from vision import frozen
-from vision import headfit as hf
 from vision.models import create_backbone, head_prefixes
 from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
@@ -22,9 +22,29 @@ from zoo.kit import optim, tb
 
 log = logging.getLogger(__name__)
 
+# The cached-features head's options and their defaults: the task config names them under task.module, and every
+# checkpoint written before the two classes were split holds them among ImageClassifier's hyper-parameters.
+CACHED_HEAD_OPTIONS: dict[str, Any] = {"cache_features": False, "head_fit": "sgd", "l2_grid": None, "l2_folds": 5,
+                                       "tta": False, "frozen_jit": False}
+
 
 class ImageClassifier(pl.LightningModule):
+    """A timm backbone (`arch`) with a fresh head of `num_classes`; `finetune`: full | linear_probe | gradual
+    (vision/finetune.py). `mean`/`std` normalise the inputs (the data module derives them from the weights).
+
+    Given a cached-features option other than its default (CACHED_HEAD_OPTIONS: what the task config and older
+    checkpoints pass to this class), the module built is a CachedHeadClassifier (vision/cached_head.py) instead;
+    with the defaults the options are only recorded, so a checkpoint keeps the hyper-parameters it always had."""
+
     input_memory_format = torch.contiguous_format  # zoo.core.trainer.prepare_module sets channels_last
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ImageClassifier:
+        if cls is ImageClassifier and any(k in CACHED_HEAD_OPTIONS and v != CACHED_HEAD_OPTIONS[k]
+                                          for k, v in kwargs.items()):
+            from vision.cached_head import CachedHeadClassifier
+
+            cls = CachedHeadClassifier
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -44,25 +64,17 @@ class ImageClassifier(pl.LightningModule):
         label_smoothing: float = 0.0,
         drop_rate: float = 0.0,
         log_images: int = 16,
-        cache_features: bool = False,
-        head_fit: str = "sgd",
-        l2_grid: list[float] | None = None,
-        l2_folds: int = 5,
-        tta: bool | str = False,
-        frozen_jit: bool = False,
         optimizer: Any = None,
         scheduler: Any = None,
+        **cached_head: Any,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
+        unknown = sorted(set(cached_head) - set(CACHED_HEAD_OPTIONS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments: {', '.join(unknown)}")
         if finetune not in ft.STRATEGIES:
             raise ZooError(f"unknown finetune strategy '{finetune}': use one of {', '.join(ft.STRATEGIES)}")
-        if cache_features and finetune == "full":
-            raise ZooError("task.module.cache_features=true needs a frozen backbone (finetune=linear_probe, or "
-                           "gradual until unfreeze_epoch), not finetune=full; set task.module.cache_features=false")
-        hf.check_options(head_fit, cache_features, tta, l2_grid, l2_folds)
-        if not isinstance(frozen_jit, bool):  # a string such as "maybe" would be truthy
-            raise ZooError(f"task.module.frozen_jit must be true or false, got '{frozen_jit}'")
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         resumed = resumed_checkpoint()
         if resumed is not None and resumed["pretrained_report"]:
@@ -91,19 +103,12 @@ class ImageClassifier(pl.LightningModule):
                 self.metrics[f"{stage}_top5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
         self.confusion = MulticlassConfusionMatrix(num_classes)
         self._samples: list[tuple] = []
-        self._features: dict[tuple, torch.Tensor] = {}  # cache_features: (stage, sample index[, view]) -> pooled
-        self._train_labels: dict[int, int] = {}  # head_fit=lbfgs: sample index -> class, for the fit
-        # frozen_jit: the frozen backbone as an inference graph (vision/frozen.py); in a dict, not a submodule
-        self._graph: dict[str, Any] = {}
-        self.tta_flip = tta is True  # head_fit=lbfgs with tta=auto decides at each fit; checkpoints keep it
         self.phases = ft.PhaseLog()  # val acc per epoch and phase, for the line that says which one was kept
 
     # ------------------------------------------------------------------ inference
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, C, H, W), normalised -> logits (B, num_classes); with flip TTA, the mean of the logits of the
-        images and of their mirror images."""
-        logits = self.model(images)
-        return (logits + self.model(images.flip(-1))) / 2 if self.tta_flip else logits
+        """images (B, C, H, W), normalised -> logits (B, num_classes)."""
+        return self.model(images)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With trainer.channels_last the images follow the weights' layout, converted once on the device: a
@@ -115,59 +120,7 @@ class ImageClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------ steps
     def _logits(self, batch: tuple, stage: str) -> torch.Tensor:
-        """Logits for the batch; with cache_features, the frozen backbone runs once per sample while it is frozen."""
-        if not self.hparams.cache_features or not self.backbone_frozen():
-            return self.model(batch[0]) if stage == "train" else self(batch[0])  # no TTA while training
-        keys = [(stage, i) for i in self._indices(batch)]
-        head = self.model.get_classifier()
-        pooled = F.dropout(self._pooled(batch[0], keys), self.hparams.drop_rate, training=self.training)
-        logits = head(pooled)
-        if stage != "train" and self.tta_flip:
-            logits = (logits + head(self._pooled(batch[0], [(*k, "flip") for k in keys], flip=True))) / 2
-        return logits
-
-    def _indices(self, batch: tuple) -> list[int]:
-        if len(batch) < 3:
-            raise ZooError("task.module.cache_features=true needs batches with sample indices: set "
-                           "task.data.cache_features=true as well (the task config links the two)")
-        return batch[2].tolist()
-
-    def _pooled(self, images: torch.Tensor, keys: list[tuple], flip: bool = False) -> torch.Tensor:
-        """The frozen backbone's pooled features (B, num_features), computed only for keys not yet cached."""
-        todo = [j for j, k in enumerate(keys) if k not in self._features]
-        if todo:
-            x = images[todo].flip(-1) if flip else images[todo]
-            with torch.no_grad():
-                self.model.eval()  # no dropout in what is cached
-                pooled = self._frozen_forward(x)
-                self.train(self.training)  # back, with the frozen backbone's BatchNorm rule
-            self._features.update({keys[j]: f for j, f in zip(todo, pooled)})
-        return torch.stack([self._features[k] for k in keys])
-
-    def _frozen_forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Pooled features of the frozen backbone (in eval mode); with frozen_jit, through a graph built at the first
-        batch and kept until the backbone may change (`drop_graph`)."""
-        if self.hparams.frozen_jit and frozen.usable(x):
-            if "fn" not in self._graph and not frozen.modes_active():
-                self._graph["fn"] = frozen.pooled_graph(self.model, x)  # None: eager from here on
-            if self._graph.get("fn") is not None:
-                out = self._graph["fn"](x)
-                if len(out) == len(x):
-                    return out
-                log.info("frozen backbone back in eager mode: its graph returned %d rows for %d", len(out), len(x))
-                self._graph["fn"] = None
-        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
-
-    def drop_graph(self) -> None:
-        """The backbone's weights may change (it opens, a checkpoint is loaded): the graph's copies are stale."""
-        self._graph.clear()
-
-    def _cache_views(self, batch: tuple) -> None:
-        """head_fit=lbfgs, frozen epochs: this epoch's (augmented) view of each photo and its mirror image."""
-        idx, epoch = self._indices(batch), self.current_epoch
-        for flip in (0, 1):
-            self._pooled(batch[0], [("train", i, epoch, flip) for i in idx], flip=bool(flip))
-        self._train_labels.update(zip(idx, batch[1].tolist()))
+        return self(batch[0])
 
     def shared_step(self, batch: tuple, stage: str) -> tuple[torch.Tensor, torch.Tensor]:
         y = batch[1]
@@ -183,57 +136,7 @@ class ImageClassifier(pl.LightningModule):
         return loss, logits
 
     def training_step(self, batch: tuple, batch_idx: int) -> torch.Tensor | None:
-        if self.fits_head():
-            self._cache_views(batch)
-            return None  # no optimizer step: the head is fitted when the epoch's views are all cached
         return self.shared_step(batch, "train")[0]
-
-    def fits_head(self) -> bool:
-        """head_fit=lbfgs while the backbone is frozen: epochs cache views, the head is fitted at their end."""
-        return self.hparams.head_fit == "lbfgs" and self.backbone_frozen()
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.fits_head() and batch_idx + 1 >= self.trainer.num_training_batches:
-            self._complete_views()
-            self.fit_head()
-
-    def _complete_views(self) -> None:
-        """A run resumed mid-way through a cached epoch goes on with that epoch's remaining batches in a new shuffle,
-        so some photos get no view of it: they get one here, from the training set, before the fit (the views cached
-        before the stop came back with the checkpoint). Nothing to do in a run that was not stopped."""
-        epoch, loader = self.current_epoch, self.trainer.train_dataloader
-        missing = [i for i in sorted(self._train_labels) if ("train", i, epoch, 1) not in self._features]
-        dataset = getattr(loader, "dataset", None)
-        if not missing or dataset is None:
-            return
-        size = getattr(loader, "batch_size", None) or 32
-        for start in range(0, len(missing), size):
-            items = [dataset[i] for i in missing[start:start + size]]
-            x = torch.stack([item[0] for item in items]).to(self.device)
-            labels, idx = (torch.tensor([int(item[k]) for item in items]) for k in (1, 2))
-            self._cache_views(self.on_after_batch_transfer([x, labels, idx], 0))
-
-    def fit_head(self) -> hf.HeadFit:
-        """Fit the head to every cached view so far (L2 by cross-validation over the training photos)."""
-        feats, labels = hf.stack_views(self._features, self._train_labels)
-        hp = self.hparams
-        threads, start = torch.get_num_threads(), time.perf_counter()
-        torch.set_num_threads(1)  # small matrices: a 2nd thread made the fits 3x slower on a loaded 2-core CPU
-        try:
-            fit = hf.fit_head(feats, labels, hp.num_classes, tuple(hp.l2_grid or hf.L2_GRID), hp.l2_folds)
-        finally:
-            torch.set_num_threads(threads)
-        classifier = self.model.get_classifier()
-        with torch.no_grad():
-            classifier.weight.copy_(fit.weight.to(classifier.weight))
-            classifier.bias.copy_(fit.bias.to(classifier.bias))
-        if hp.tta == "auto":
-            self.tta_flip = fit.flip_pays
-        line = f"epoch {self.current_epoch}: {fit.line(self.tta_flip)} ({time.perf_counter() - start:.1f} s)"
-        if self.trainer.is_global_zero:
-            print(f"zoo: {line}", flush=True)
-        tb.log_text(self, "train/head_fit", line)
-        return fit
 
     def validation_step(self, batch: tuple, batch_idx: int) -> None:
         _, logits = self.shared_step(batch, "val")
@@ -282,9 +185,6 @@ class ImageClassifier(pl.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self.train()  # re-applies the BatchNorm rule at the unfreeze boundary
-        if not self.backbone_frozen():
-            self._features.clear()  # the backbone trains from here: its cached features are stale
-            self.drop_graph()
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         factor = 1.0
@@ -295,18 +195,7 @@ class ImageClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------ epoch hooks
     def on_fit_start(self) -> None:
-        self.drop_graph()
-        hp = self.hparams
-        if hp.cache_features and hp.finetune == "gradual" and self.trainer.world_size > 1:
-            # the cached epochs give the backbone no gradients, which DDP's reducer waits for
-            raise ZooError("task.module.cache_features=true with finetune=gradual runs on one device; with "
-                           f"{self.trainer.world_size} processes set task.module.cache_features=false")
-        if hp.head_fit == "lbfgs" and self.trainer.world_size > 1:
-            raise ZooError("task.module.head_fit=lbfgs fits the head on one device; with "
-                           f"{self.trainer.world_size} processes set task.module.head_fit=sgd")
-        if hp.head_fit == "lbfgs":  # the cached epochs skip the optimizer on purpose (training_step returns None)
-            warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
-        if hp.finetune == "gradual" and self.trainer.is_global_zero:
+        if self.hparams.finetune == "gradual" and self.trainer.is_global_zero:
             print(f"zoo: {self.gradual_plan()}", flush=True)
         if (self.device.type == "cpu" and "bf16" in str(self.trainer.precision)
                 and self.hparams.image_size < 32 and "resnet" in self.hparams.arch):
@@ -321,41 +210,26 @@ class ImageClassifier(pl.LightningModule):
             print(f"zoo: {line}", flush=True)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["vision_run"] = {"tta_flip": self.tta_flip, "phases": self.phases.entries}
-        if self._train_labels and self.fits_head():  # cached epochs: a resume fits the head to every view so far
-            checkpoint["vision_run"]["views"] = hf.pack_views(self._features, self._train_labels)
+        checkpoint["vision_run"] = {"phases": self.phases.entries}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.drop_graph()
-        state = checkpoint.get("vision_run", {})
-        self.tta_flip = bool(state.get("tta_flip", self.tta_flip))
-        self.phases.entries = [tuple(e) for e in state.get("phases", [])]
-        if "views" in state:
-            features, labels = hf.unpack_views(state["views"])
-            self._features.update(features)
-            self._train_labels.update(labels)
+        self.phases.entries = [tuple(e) for e in checkpoint.get("vision_run", {}).get("phases", [])]
 
-    def gradual_plan(self) -> str:
-        """One line for the start of a gradual run: which epochs train what, on what."""
+    def gradual_plan(self, feats: str = "the backbone's features", note: str = "") -> str:
+        """One line for the start of a gradual run: which epochs train what, on what (`feats`), and a `note`."""
         hp, epochs = self.hparams, self.trainer.max_epochs or -1
-        if hp.head_fit == "lbfgs":
-            augmented = bool(getattr(getattr(self.trainer, "datamodule", None), "augment", False))
-            return ft.fit_then_tune_plan(hp, epochs, self.keep_bn_stats, augmented)
         head = f"epochs 0-{hp.unfreeze_epoch - 1}" if hp.unfreeze_epoch > 1 else "epoch 0"
-        feats = "cached features" if hp.cache_features else "the backbone's features"
         head = f"{head} train the head on {feats}, " if hp.unfreeze_epoch > 0 else ""
-        aug = "; images not augmented (cache_features)" if hp.cache_features else ""
         if 0 < epochs <= hp.unfreeze_epoch:
-            return f"finetune=gradual: {head.rstrip(', ')}; the backbone never opens (max_epochs){aug}"
+            return f"finetune=gradual: {head.rstrip(', ')}; the backbone never opens (max_epochs){note}"
         bn = "its pretrained BatchNorm statistics kept" if self.keep_bn_stats else "BatchNorm statistics updated"
         rest = (f"from epoch {hp.unfreeze_epoch}" if epochs <= 0 else f"epoch {hp.unfreeze_epoch}"
                 if epochs - 1 == hp.unfreeze_epoch else f"epochs {hp.unfreeze_epoch}-{epochs - 1}")
         warm = f", warmed up over {hp.unfreeze_warmup:g} epoch(s)" if hp.unfreeze_warmup > 0 else ""
         return (f"finetune=gradual: {head}{rest} the whole network (the backbone at {hp.backbone_lr_scale:g}x the "
-                f"rate{warm}, {bn}){aug}")
+                f"rate{warm}, {bn}){note}")
 
     def on_test_start(self) -> None:
-        self.drop_graph()
         datamodule = getattr(self.trainer, "datamodule", None)
         if getattr(datamodule, "test_is_val", False):
             line = ("test/* is measured on the validation images, which chose the checkpoint: not an independent "
