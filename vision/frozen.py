@@ -5,7 +5,7 @@ While the backbone is frozen its weights are constants, so its forward can be tr
 pre-packs the weights for oneDNN. On the 2-core CPU this took a batch of 32 EfficientNet-Lite0 images at 224 px from
 2.10 s to 1.36 s (median of 7 alternated pairs, scripts/evidence/bench_vision_frozen_graph.py, docs/vision.md), the
 features within 1e-5 of eager mode. The graph holds copies of the weights: whoever changes the backbone must drop it
-(ImageClassifier.drop_graph). CPU and float32 only (autocast and CUDA
+(CachedHeadClassifier.drop_graph). CPU and float32 only (autocast and CUDA
 keep eager mode); where tracing fails the caller falls back to eager mode. It is not traced while a dispatch mode
 (a FLOP counter) is on, and a graph that returns a different number of rows than it was given is not used.
 """
