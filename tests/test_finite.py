@@ -119,3 +119,18 @@ def test_save_run_metrics_writes_nan_as_null(tmp_path):
 
     path = save_run_metrics(OmegaConf.create({"run_dir": str(tmp_path)}), {"test/loss": float("nan"), "a": 1.0})
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c)) == {"a": 1.0, "test/loss": None}
+
+
+def test_bench_json_is_strict(tmp_path, monkeypatch):
+    """A measurement that came out NaN made bench.json unreadable to a strict parser."""
+    from types import SimpleNamespace
+
+    from zoo.verbs.bench import report
+
+    monkeypatch.setattr(report, "write_tensorboard", lambda *a, **k: None)
+    bench = {"steps": 5, "warmup": 1, "precision": ["32-true"], "compile": [False], "channels_last": [False],
+             "batch_size": [8], "devices": [1], "peak_flops": float("nan")}
+    plan = SimpleNamespace(task="toy/blobs", overrides=[], bench=bench, unit="points", run_dir=tmp_path)
+    report.report(plan, [])
+    saved = json.loads((tmp_path / "bench.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert saved["bench"]["peak_flops"] is None

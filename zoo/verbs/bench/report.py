@@ -4,10 +4,11 @@ bench.png and TensorBoard scalars/hparams in the bench's run directory."""
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from zoo.core.numbers import strict_json
 
 # CSV columns, in order (rows also carry their combination's keys first).
 FIELDS = ("index", "label", "precision", "compile", "channels_last", "batch_size", "devices", "status", "reason",
@@ -213,8 +214,9 @@ def report(plan: Any, rows: list[dict[str, Any]]) -> None:
     md = "\n".join([f"## {heading}", "", f"fixed: {' '.join(fixed)}" if fixed else "", "", table(rows, plan.unit), "",
                     notes(rows), describe(env)])
     out = plan.run_dir
-    (out / "bench.json").write_text(json.dumps({"task": plan.task, "overrides": plan.overrides, "bench": plan.bench,
-                                                "unit": plan.unit, "rows": rows, "env": env}, indent=2, default=str))
+    # a NaN measurement is written as null: bench.json stays strict JSON
+    (out / "bench.json").write_text(strict_json({"task": plan.task, "overrides": plan.overrides, "bench": plan.bench,
+                                                 "unit": plan.unit, "rows": rows, "env": env}, indent=2, default=str))
     write_csv(out / "bench.csv", rows)
     (out / "bench.md").write_text(md + "\n")
     if rows:
