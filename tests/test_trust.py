@@ -339,3 +339,19 @@ def test_an_override_the_user_types_again_is_the_users():
     check_overrides([f"+{typed}"], "the checkpoint", args=[typed, "seed=1"])
     with pytest.raises(ZooError, match="signal_after"):
         check_overrides([f"+{typed}"], "the checkpoint", args=["+callbacks.sig._target_=other.Thing"])
+
+
+def test_reproduce_rebuilds_a_run_whose_overrides_no_longer_compose(tmp_path, capsys):
+    """A run recorded under an older preset generation ("unknown config key", a key the user never typed) could not
+    be reproduced; it is rebuilt from its record as a resume and `zoo test` rebuild it."""
+    from zoo.base import plain
+    from zoo.core.config import compose, register_resolvers
+    from zoo.verbs.reproduce import plan
+
+    register_resolvers()
+    config = plain(compose(["task=vision/resnet", "task.module.optimizer.lr=0.5", "run_dir=/old/run"]))
+    record = {"task": "vision/resnet", "config": config, "env": None,
+              "overrides": ["task=vision/resnet", "task.data.gone_since=1", "task.module.optimizer.lr=0.5"]}
+    overrides, notes, _ = plan(record, [], tmp_path / "run")
+    assert "task.data.gone_since=1" not in overrides and "task.module.optimizer.lr=0.5" in overrides
+    assert "no longer compose (unknown config key" in capsys.readouterr().err
