@@ -34,7 +34,9 @@ def sha(path: Path) -> str:
 @pytest.mark.parametrize("override", [*EVIL[:1], "+callbacks.pwn={_target_:os.system,_args_:[id]}",
                                       "+callbacks.pwn._target_=zoo.base.instantiate", "task.hooks.deploy=this",
                                       "task.package=os", "+callbacks.pwn._args_=[{_target_:subprocess.call}]",
-                                      "+task.x='${oc.decode:\"{_target_: os.system}\"}'"])
+                                      "+task.x='${oc.decode:\"{_target_: os.system}\"}'",
+                                      "+callbacks.w._target_=speech.decoding.write_lexicon",
+                                      "+callbacks.w._target_=rl.evaluate.save_video"])
 def test_an_override_naming_code_outside_the_allow_list_is_refused(override):
     from zoo.core.trust import check_overrides
 
@@ -47,7 +49,8 @@ def test_an_override_naming_code_outside_the_allow_list_is_refused(override):
                                       "+callbacks.early._target_=lightning.pytorch.callbacks.EarlyStopping",
                                       "task.module.scheduler._target_=torch.optim.lr_scheduler.StepLR",
                                       "task.hooks.deploy=vision.deploy", "trainer.max_epochs=3", "seed=7",
-                                      "+task.data.mean=[0.5,0.5]"])
+                                      "+task.data.mean=[0.5,0.5]",
+                                      "+callbacks.watch._target_=zoo.core.rank_watch.DeadRankWatch"])
 def test_what_the_zoo_writes_itself_passes(override):
     from zoo.core.trust import untrusted_overrides
 

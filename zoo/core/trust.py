@@ -56,10 +56,28 @@ def _under(name: str, prefixes: Iterable[str]) -> bool:
 
 
 def trusted_target(name: Any) -> bool:
-    """A `_target_` the zoo instantiates without asking: under a trusted package, or one the config tree names."""
+    """A `_target_` the zoo instantiates without asking: one the config tree names; an optimiser, scheduler or
+    Lightning callback; or a class of the zoo's own packages. Not a function of the zoo's: several write what their
+    arguments say where they say (a lexicon, a video, a run file), so only those the config tree names are called."""
     if not isinstance(name, str) or not name:
         return False
-    return _under(name, TRUSTED) and not _under(name, LOADERS) or name in tree()[0]
+    if name in tree()[0]:
+        return True
+    if not _under(name, TRUSTED) or _under(name, LOADERS):
+        return False
+    return not _under(name, PACKAGES) or _is_class(name)
+
+
+def _is_class(name: str) -> bool:
+    """Whether `name` (module.attr, in a trusted package: importing it runs only the zoo's code) is a class."""
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except Exception:  # noqa: BLE001 - a name that does not resolve is no class (composing it then fails by itself)
+        return False
+    return isinstance(found, type)
 
 
 def trusted_package(name: Any) -> bool:
