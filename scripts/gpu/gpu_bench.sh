@@ -96,6 +96,10 @@ plan() {  # the phases in priority order; `phase` skips what the budget no longe
   phase default_rl 45 table "${ZOO[@]}" bench task=rl/ppo "${DEFAULT_STEPS[@]}"
   phase default_gan 45 table "${ZOO[@]}" bench task=gan/dcgan "${DEFAULT_STEPS[@]}"
   phase default_speech 90 table "${ZOO[@]}" bench task=speech/ctc "${DEFAULT_STEPS[@]}"
+  # speech_so762_gpu's encoder (Whisper small + a BiGRU of 256) on the default task's eSpeak data: its step time at
+  # bf16-mixed; random weights, as no package ships small's and the GPU machine has no network
+  phase speech_so762_gpu 60 table "${ZOO[@]}" bench task=speech/ctc +task.module.model.size=small \
+    task.module.model.rnn_head=256 task.module.pretrained=false "${DEFAULT_STEPS[@]}"
   phase flowers12_full 90 tail "${ZOO[@]}" train "${FLOWERS[@]}" "${TRAIN[@]}"
   phase main_job 90 tail "${ZOO[@]}" train task=vision/resnet "${TRAIN[@]}"
   phase gan_gpu 45 table "${ZOO[@]}" bench experiment=gan_gpu "${DEFAULT_STEPS[@]}"
