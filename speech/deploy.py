@@ -214,6 +214,8 @@ class Handler:
         except Exception as e:  # noqa: BLE001 - soundfile raises LibsndfileError, RuntimeError, TypeError
             raise BadRequest(400, f"cannot decode the audio ({type(e).__name__}); send a wav or flac file") from None
         wave = torch.from_numpy(wave.mean(1))
+        if not torch.isfinite(wave).all():  # a float file holding NaN or inf: the transcript would be silently empty
+            raise BadRequest(422, "the audio holds NaN or inf samples; send finite samples (re-export the file)")
         if len(wave) == 0:
             raise BadRequest(422, f"the audio is empty (no samples); send speech up to {self.max_seconds:g} s")
         if len(wave) > self.max_seconds * rate:

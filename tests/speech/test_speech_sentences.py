@@ -188,3 +188,22 @@ def test_beam_decoder_builds_its_lm_from_text(tmp_path):
     assert len(out) == 2 and all(set(h.split()) <= {"the", "cat", "sat", "dog", "ran"} for h in out)
     with pytest.raises(ZooError, match="lm_text file not found"):
         BeamDecoder(tokens, lm_text=str(tmp_path / "gone.txt"))
+
+
+def test_serving_refuses_nan_audio_with_a_422():
+    import io
+
+    from speech.deploy import Handler
+    from zoo.kit.deploy import BadRequest
+
+    handler = Handler({"preprocess": {"sample_rate": 16000, "input": "waveform", "max_seconds": 29.4},
+                       "vocabulary": ["<blank>", "a"]})
+    wave = np.full(1600, 0.1, np.float32)
+    ok, buf = io.BytesIO(), io.BytesIO()
+    sf.write(ok, wave, 16000, format="WAV", subtype="FLOAT")
+    assert handler.decode(ok.getvalue(), "audio/wav")["wave"].shape == (1, 1600)
+    wave[7] = np.nan
+    sf.write(buf, wave, 16000, format="WAV", subtype="FLOAT")
+    with pytest.raises(BadRequest, match="NaN or inf samples") as e:
+        handler.decode(buf.getvalue(), "audio/wav")
+    assert e.value.status == 422
