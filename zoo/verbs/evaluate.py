@@ -78,7 +78,10 @@ def check_predict_keys(verb: str, task: str, user: list[str]) -> None:
         return
     if verb != "predict":
         raise ZooError(f"{next(iter(asked))}: predict.* options are for `zoo predict`; zoo {verb} would drop it")
-    fn = find_hooks(compose([f"task={task}"]).task).predict
+    try:
+        fn = find_hooks(compose([f"task={task}"]).task).predict
+    except Exception:  # noqa: BLE001 - a task that does not compose: the verb's own compose says why, in one line
+        return
     keys = tuple(getattr(sys.modules.get(getattr(fn, "__module__", "")), "PREDICT_KEYS", ()))
     for override, key in asked.items():
         if key not in keys:
