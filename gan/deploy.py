@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.kit.deploy import Examples, Graph, compare
+from zoo.kit.deploy import Budget, Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"
@@ -84,13 +84,14 @@ class Handler:
     def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
         self.nz, self.conditional, self.names = int(meta["nz"]), bool(meta["conditional"]), meta["class_names"]
 
-    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+    def decode(self, body: bytes, content_type: str, budget: Budget | None = None) -> dict[str, np.ndarray]:
         from zoo.kit.deploy import BadRequest, json_body
 
         req = json_body(body)
         count, seed = req.get("count", 1), req.get("seed", 0)
         if not isinstance(count, int) or not 1 <= count <= self.max_count or not isinstance(seed, int):
             raise BadRequest(422, f'"count" must be an integer 1..{self.max_count} and "seed" an integer')
+        (budget or Budget()).items(count, "images to generate")
         z = np.random.default_rng(seed).standard_normal((count, self.nz)).astype(np.float32)
         if not self.conditional:
             return {"z": z}

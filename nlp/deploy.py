@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.kit.deploy import Examples, Graph, compare
+from zoo.kit.deploy import Budget, Examples, Graph, compare, pad_concat
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 # `zoo export export.format=hf`: the Hugging Face folder (from_pretrained-loadable), written by the task itself
@@ -23,6 +23,7 @@ NATIVE = {"hf": lambda module, out: _save_hf(module, out)}
 EXPORTER = "dynamo"
 TOLERANCE = 1e-3
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+CHUNK = 256  # texts tokenised at once by the server
 
 
 class _Classifier(torch.nn.Module):
@@ -127,20 +128,46 @@ class Handler:
         self.pad = {"input_ids": pad, "attention_mask": 0, "token_type_ids": 0}
         self.labels, self.task_type = meta["label_names"], meta["task_type"]
 
-    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+    def decode(self, body: bytes, content_type: str, budget: Budget | None = None) -> dict[str, np.ndarray]:
         from zoo.kit.deploy import BadRequest, json_body
 
+        budget = budget or Budget()
         req = json_body(body)
         texts = req.get("texts", [req["text"]] if "text" in req else None)
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
             raise BadRequest(422, 'send {"texts": ["a sentence", ...]} (non-empty strings) or {"text": "..."}')
+        budget.items(len(texts), "texts")  # before the tokenizer sees them
         pairs = req.get("text_pairs")
-        if pairs is not None and (not isinstance(pairs, list) or len(pairs) != len(texts)):
+        if pairs is not None and (not isinstance(pairs, list) or len(pairs) != len(texts)
+                                  or not all(isinstance(t, str) for t in pairs)):
             raise BadRequest(422, '"text_pairs" must be a list with one string per text')
-        enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length, padding=True,
-                             return_tensors="np")
-        return {n: np.asarray(enc[n] if n in enc else np.zeros_like(enc["input_ids"]), dtype=np.int64)
-                for n in self.names}
+        parts = []
+        for i in range(0, len(texts), CHUNK):  # the tokenizer's per-text objects live for one chunk at a time
+            part = self.tokenize(texts[i:i + CHUNK], None if pairs is None else pairs[i:i + CHUNK])
+            budget.take("tokens", int(part["attention_mask"].sum()),
+                        f"tokens (after truncation to {self.max_length} per text)")
+            parts.append(part)
+        return {n: pad_concat([p[n] for p in parts], self.pad[n]) for n in self.names}
+
+    def tokenize(self, texts: list[str], pairs: list[str] | None) -> dict[str, np.ndarray]:
+        enc = self.tokenizer([self.head(t) for t in texts], None if pairs is None else [self.head(t) for t in pairs],
+                             truncation=True, max_length=self.max_length, padding=True, return_tensors="np")
+        ids = np.asarray(enc["input_ids"], dtype=np.int64)
+        out = {n: np.asarray(enc[n], dtype=np.int64) if n in enc else np.zeros_like(ids) for n in INPUTS}
+        if "attention_mask" not in enc:
+            out["attention_mask"] = np.ones_like(ids)
+        return out
+
+    def head(self, text: str) -> str:
+        """The start of `text` that holds all of its first max_length tokens: the tokenizer tokenises a whole text
+        before truncating it (a 10 MB text took 730 MB), so a long one is cut at a window that doubles until it
+        holds more tokens than are kept (one more for a word the cut splits)."""
+        window = 16 * self.max_length
+        while window < len(text):
+            if len(self.tokenizer(text[:window], add_special_tokens=False)["input_ids"]) > self.max_length + 1:
+                return text[:window]
+            window *= 2
+        return text
 
     def encode(self, outputs: list[np.ndarray], item: dict) -> dict:
         out = outputs[0]

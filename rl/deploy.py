@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.kit.deploy import Examples, Graph, compare
+from zoo.kit.deploy import Budget, Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"
@@ -118,11 +118,13 @@ class Handler:
         self.dtype = np.uint8 if meta["env"]["observation_dtype"] == "uint8" else np.float32
         self.discrete = meta["env"]["action_space"]["type"] == "discrete"
 
-    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+    def decode(self, body: bytes, content_type: str, budget: Budget | None = None) -> dict[str, np.ndarray]:
         from zoo.kit.deploy import BadRequest, json_body
 
         req = json_body(body)
         obs = req.get("observations", [req["observation"]] if "observation" in req else None)
+        if isinstance(obs, list):
+            (budget or Budget()).items(len(obs), "observations")
         try:
             arr = np.asarray(obs, dtype=self.dtype)
         except (TypeError, ValueError):

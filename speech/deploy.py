@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.kit.deploy import Examples, Graph, compare
+from zoo.kit.deploy import Budget, Examples, Graph, compare
 
 log = logging.getLogger(__name__)
 
@@ -202,25 +202,33 @@ class Handler:
                     "longer get a 422; export the checkpoint again to record it", self.max_seconds, ok / self.rate)
         self.max_seconds = ok / self.rate
 
-    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+    def decode(self, body: bytes, content_type: str, budget: Budget | None = None) -> dict[str, np.ndarray]:
+        """One clip (a multipart upload of several comes here once per file, with the request's budget). Its length
+        is read from the header and checked before a sample is decoded: a compressed file (FLAC of silence) can
+        hold hours of audio in a small body."""
         import io
 
         import soundfile as sf
 
         from zoo.kit.deploy import BadRequest
 
+        budget = budget or Budget()
+        budget.items(1, "clips")
         try:
-            wave, rate = sf.read(io.BytesIO(body), dtype="float32", always_2d=True)
+            with sf.SoundFile(io.BytesIO(body)) as f:
+                rate, seconds = f.samplerate, f.frames / max(f.samplerate, 1)
+                self.check_length(seconds)
+                budget.take("audio_s", seconds, "seconds of audio")
+                # mixed down block by block: a many-channel file never sits in memory whole
+                blocks = [b.mean(1) for b in f.blocks(65536, dtype="float32", always_2d=True)]
+        except BadRequest:
+            raise
         except Exception as e:  # noqa: BLE001 - soundfile raises LibsndfileError, RuntimeError, TypeError
             raise BadRequest(400, f"cannot decode the audio ({type(e).__name__}); send a wav or flac file") from None
-        wave = torch.from_numpy(wave.mean(1))
+        wave = torch.from_numpy(np.concatenate(blocks) if blocks else np.zeros(0, np.float32))
         if not torch.isfinite(wave).all():  # a float file holding NaN or inf: the transcript would be silently empty
             raise BadRequest(422, "the audio holds NaN or inf samples; send finite samples (re-export the file)")
-        if len(wave) == 0:
-            raise BadRequest(422, f"the audio is empty (no samples); send speech up to {self.max_seconds:g} s")
-        if len(wave) > self.max_seconds * rate:
-            raise BadRequest(422, f"audio of {len(wave) / rate:.1f} s is longer than the {self.max_seconds:g} s this "
-                                  "model takes; split it into shorter clips")
+        self.check_length(len(wave) / rate)  # what was read, should the header have said otherwise
         if rate != self.rate:
             import torchaudio
 
@@ -230,6 +238,15 @@ class Handler:
         with torch.inference_mode():
             feats, frames = self.front(wave[None], torch.tensor([len(wave)]))
         return {"features": feats.numpy(), "frames": frames.numpy()}
+
+    def check_length(self, seconds: float) -> None:
+        from zoo.kit.deploy import BadRequest
+
+        if seconds <= 0:
+            raise BadRequest(422, f"the audio is empty (no samples); send speech up to {self.max_seconds:g} s")
+        if seconds > self.max_seconds:
+            raise BadRequest(422, f"audio of {seconds:.1f} s is longer than the {self.max_seconds:g} s this "
+                                  "model takes; split it into shorter clips")
 
     def encode(self, outputs: list[np.ndarray], item: dict) -> dict:
         return {"text": transcripts(outputs[0], outputs[1], self.tokens)[0]}

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zoo.kit.deploy import Examples, Graph, compare
+from zoo.kit.deploy import Budget, Examples, Graph, compare
 
 FORMATS = ("onnx", "torchscript", "exported_program")
 EXPORTER = "dynamo"  # torch.onnx's dynamo exporter handles timm ResNets (max abs diff ~1e-7)
@@ -100,14 +100,18 @@ class Handler:
         self.names = meta["class_names"]
         self.top_k = min(5, len(self.names))
 
-    def decode(self, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+    def decode(self, body: bytes, content_type: str, budget: Budget | None = None) -> dict[str, np.ndarray]:
+        """One image (a multipart upload of several comes here once per file, with the request's budget)."""
         from PIL import Image, UnidentifiedImageError
 
         from zoo.kit.deploy import BadRequest
         from zoo.kit.images import convert
 
+        budget = budget or Budget()
+        budget.items(1, "images")
         try:
             with Image.open(io.BytesIO(body)) as im:
+                budget.take("pixels", im.width * im.height, "pixels")  # the header's size, before decoding
                 image = convert(im, self.mode)
         except (UnidentifiedImageError, OSError, ValueError) as e:
             raise BadRequest(400, f"cannot decode the image ({type(e).__name__}); send a PNG, JPEG or other "

@@ -31,11 +31,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def call(port: int, path: str, body: bytes | None = None, ctype: str | None = None) -> tuple[int, dict]:
+def call(port: int, path: str, body: bytes | None = None, ctype: str | None = None,
+         timeout: float = 30) -> tuple[int, dict]:
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST" if body is not None
                                  else "GET", headers={"content-type": ctype} if ctype else {})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())

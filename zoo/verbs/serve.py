@@ -8,12 +8,19 @@ arrived before the stop is answered, or answered with a JSON 503 when it is not 
 
 The verb knows no domain: the task's deploy module provides `Handler(meta, folder, module)` with `content_types`,
 `pad` (padding value per input for variable-length axes), `decode(body, content_type) -> {input: array (k, ...)}`
-and `encode(outputs for those k examples, inputs) -> JSON`. Requests are concatenated along the batch axis up to
-serve.max_batch_size examples (waiting at most serve.batch_timeout_ms), run once, and split back.
+and `encode(outputs for those k examples, inputs) -> JSON`; `decode` takes the request's `Budget` (zoo.kit.deploy)
+as a third argument and charges it before the work it pays for. Requests are concatenated along the batch axis up to
+serve.max_batch_size examples (waiting at most serve.batch_timeout_ms), run once, and split back; a request of more
+examples runs as several such batches, so one request never holds more than a batch's activations.
+
+What one request may cost is bounded: bytes (serve.max_body_mb), examples (serve.max_items), text tokens
+(serve.max_tokens), image pixels (serve.max_pixels) and seconds of audio (serve.max_audio_s), each over the whole
+request; past a bound the answer is one JSON line (413) naming the bound and its key.
 """
 
 
 import asyncio
+import inspect
 import json
 import logging
 import sys
@@ -29,14 +36,16 @@ from zoo.core.overrides import override_value
 from zoo.core.resume import checkpoint_argument
 from zoo.core.trust import OPT_IN
 from zoo.errors import ZooError
-from zoo.kit.deploy import BadRequest
+from zoo.kit.deploy import BadRequest, Budget, Limits, pad_concat
 from zoo.kit.hooks import find_hooks
 from zoo.verbs.export import deploy_config
+from zoo.verbs.serve_requests import Batcher, examples_in, files, limit_pixels, read_body, too_many_pixels
 
 log = logging.getLogger("zoo")
 
 OPTIONS = {"port": 8000, "backend": None, "max_batch_size": 32, "batch_timeout_ms": 5.0, "max_body_mb": 10.0,
-           "threads": None, "workers": 1, "drain_s": 10.0, "max_pixels": 50_000_000}
+           "threads": None, "workers": 1, "drain_s": 10.0, "max_pixels": Limits.pixels, "max_items": Limits.items,
+           "max_tokens": Limits.tokens, "max_audio_s": Limits.audio_s}
 HOST = "127.0.0.1"  # loopback only: put a real proxy in front to expose it
 # option: (type, least value, what the value must be)
 _NUMBERS = {"port": (int, 1, "use a port in 1..65535, e.g. serve.port=8000"),
@@ -46,7 +55,10 @@ _NUMBERS = {"port": (int, 1, "use a port in 1..65535, e.g. serve.port=8000"),
             "max_body_mb": (float, 0, "the largest request body in MB, >= 0"),
             "threads": (int, 1, "torch threads, >= 1 (null: the cores)"),
             "drain_s": (float, 0, "seconds a stop waits for requests in flight, >= 0"),
-            "max_pixels": (int, 1, "the largest image accepted, in pixels, >= 1")}
+            "max_pixels": (int, 1, "the most image pixels one request may hold, >= 1"),
+            "max_items": (int, 1, "the most examples (texts, images, clips, observations) one request may hold, >= 1"),
+            "max_tokens": (int, 1, "the most text tokens one request may hold, >= 1"),
+            "max_audio_s": (float, 0, "the most seconds of audio one request may hold, >= 0")}
 
 
 def serve_options(rest: list[str]) -> dict:
@@ -190,59 +202,6 @@ def from_checkpoint(cfg: Any, ckpt_path: str, backend: str | None, threads: int 
     return meta, deploy.Handler(meta, None, module), infer
 
 
-# ---------------------------------------------------------------------------------------------- batching
-def pad_concat(arrays: list[np.ndarray], value: float) -> np.ndarray:
-    """Concatenate along axis 0, padding every other axis to the longest with `value`."""
-    shape = [max(a.shape[i] for a in arrays) for i in range(1, arrays[0].ndim)]
-    out = []
-    for a in arrays:
-        pad = [(0, 0)] + [(0, s - d) for s, d in zip(shape, a.shape[1:])]
-        out.append(np.pad(a, pad, constant_values=value) if any(p for _, p in pad) else a)
-    return np.concatenate(out)
-
-
-class Batcher:
-    """Collects requests for up to `timeout` seconds or `max_batch` examples, runs them as one batch in a worker
-    thread (the event loop keeps accepting), and hands each request its slice of the outputs."""
-
-    def __init__(self, infer: Callable, pad: dict[str, float], max_batch: int, timeout: float) -> None:
-        self.infer, self.pad, self.max_batch, self.timeout = infer, pad, max_batch, timeout
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.batches = 0
-
-    async def submit(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((inputs, fut))
-        return await fut
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            items = [await self.queue.get()]
-            count = len(next(iter(items[0][0].values())))
-            deadline = loop.time() + self.timeout
-            while count < self.max_batch:
-                try:
-                    items.append(await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time())))
-                except TimeoutError:
-                    break
-                count += len(next(iter(items[-1][0].values())))
-            names = list(items[0][0])
-            arrays = {n: pad_concat([i[n] for i, _ in items], self.pad.get(n, 0)) for n in names}
-            try:
-                outputs = await loop.run_in_executor(None, self.infer, arrays)
-            except Exception as e:  # noqa: BLE001 - answered as a 500 for these requests; the server goes on
-                for _, fut in items:
-                    fut.set_exception(e)
-                continue
-            self.batches += 1
-            start = 0
-            for inputs, fut in items:
-                k = len(next(iter(inputs.values())))
-                fut.set_result([o[start:start + k] for o in outputs])
-                start += k
-
-
 # ---------------------------------------------------------------------------------------------- the app
 def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
     from contextlib import asynccontextmanager
@@ -253,6 +212,8 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
 
     state: dict[str, Any] = {}
     limit = int(opts["max_body_mb"] * 1024 * 1024)
+    limits = Limits(items=opts["max_items"], tokens=opts["max_tokens"], pixels=opts["max_pixels"],
+                    audio_s=opts["max_audio_s"])
     # python-multipart logs each malformed upload on the server's console; the client already gets the 400 line
     logging.getLogger("python_multipart").setLevel(logging.ERROR)
 
@@ -264,6 +225,7 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
         yield
         task.cancel()
         state["decoder"].shutdown(wait=False, cancel_futures=True)
+        batcher.worker.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -287,84 +249,71 @@ def make_app(meta: dict, handler: Any, infer: Callable, opts: dict) -> Any:
 
     @app.post("/predict")
     async def predict(request: Request) -> JSONResponse:
+        from starlette.requests import ClientDisconnect
+
         started = time.perf_counter()
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             return error(413, f"body of {int(declared)} bytes exceeds serve.max_body_mb={opts['max_body_mb']:g}")
         try:
+            body = await read_body(request, limit)  # a multipart body too: its size is bounded the same way
             if ctype == "multipart/form-data" and "application/json" not in handler.content_types:
-                body, ctype = await _first_file(request)
+                parts = await files(request.headers, body, limits.items)
             else:
-                body = await _read(request, limit)
-            if not any(ctype.startswith(t) for t in handler.content_types):
-                accepted = " or ".join(t + ("*" if t.endswith("/") else "") for t in handler.content_types)
-                raise BadRequest(415, f"content type '{ctype or 'none'}' is not accepted; send {accepted}")
+                parts = [("", body, ctype)]
+            for _, _, part_type in parts:
+                if not any(part_type.startswith(t) for t in handler.content_types):
+                    accepted = " or ".join(t + ("*" if t.endswith("/") else "") for t in handler.content_types)
+                    raise BadRequest(415, f"content type '{part_type or 'none'}' is not accepted; send {accepted}")
             # decoded beside the event loop (which must keep accepting and reading, a stop's drain too); one
             # thread, as before, for handlers whose decoders are not thread-safe (fast tokenizers)
-            inputs = await asyncio.get_running_loop().run_in_executor(state["decoder"], handler.decode, body, ctype)
+            decoded = await asyncio.get_running_loop().run_in_executor(state["decoder"], decode_all, parts)
+        except ClientDisconnect:  # the client left mid-body: no one to answer, one line for the console
+            log.warning("zoo serve: a client disconnected before sending its whole request; nothing to answer")
+            return error(400, "the client disconnected before the body was complete")
         except BadRequest as e:
             return error(e.status, str(e))
         except Exception as e:  # noqa: BLE001 - Pillow's refusal of an image over its pixel limit, named by type
-            if "DecompressionBomb" not in type(e).__name__:
-                raise
-            return error(413, too_many_pixels(e, opts["max_pixels"]))
+            if "DecompressionBomb" in type(e).__name__:
+                return error(413, too_many_pixels(e, opts["max_pixels"]))
+            log.exception("decoding a request failed")
+            return error(500, f"the request could not be decoded ({type(e).__name__}: {e})")
         try:
+            inputs = decoded[0] if len(decoded) == 1 else \
+                {n: pad_concat([d[n] for d in decoded], handler.pad.get(n, 0)) for n in decoded[0]}
             outputs = await state["batcher"].submit(inputs)
-            result = handler.encode(outputs, inputs)
+            result = handler.encode(outputs, inputs) if len(decoded) == 1 else \
+                {"predictions": each_file(parts, decoded, outputs)}
         except Exception as e:  # noqa: BLE001 - one line for the client; the traceback goes to the log
             log.exception("inference failed")
             return error(500, f"inference failed ({type(e).__name__}: {e})")
         return JSONResponse({**result, "latency_ms": round(1000 * (time.perf_counter() - started), 2)})
 
+    def decode_all(parts: list[tuple[str, bytes, str]]) -> list[dict[str, np.ndarray]]:
+        """Each part decoded against one budget for the whole request; the examples counted again after decoding
+        (a handler that does not take a budget is held to serve.max_items too)."""
+        budget = Budget(limits)
+        takes_budget = "budget" in inspect.signature(handler.decode).parameters
+        decoded = [handler.decode(body, part_type, budget) if takes_budget else handler.decode(body, part_type)
+                   for _, body, part_type in parts]
+        total = sum(examples_in(d) for d in decoded)
+        if total > limits.items:
+            raise BadRequest(413, f"the request holds {total:,} examples, over serve.max_items={limits.items:,}; "
+                                  "send less per request (split it), or start the server with a larger "
+                                  "serve.max_items")
+        return decoded
+
+    def each_file(parts: list[tuple[str, bytes, str]], decoded: list[dict], outputs: list[np.ndarray]) -> list:
+        """One answer per uploaded file, in upload order, each named by its file name."""
+        out, start = [], 0
+        for (name, _, _), inputs in zip(parts, decoded):
+            k = examples_in(inputs)
+            out.append({"file": name, **handler.encode([o[start:start + k] for o in outputs], inputs)})
+            start += k
+        return out
+
     return app
-
-
-async def _read(request: Any, limit: int) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"body exceeds serve.max_body_mb={limit / 2**20:g}")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _first_file(request: Any) -> tuple[bytes, str]:
-    from starlette.exceptions import HTTPException
-
-    try:
-        form = await request.form()
-    except HTTPException as e:  # starlette's 400 for a body that is not the multipart form its header declares
-        raise BadRequest(400, f"the multipart body does not parse ({str(e.detail).rstrip('.')}); upload a file as "
-                              "a form field (curl -F file=@image.png), or send the "
-                              "file's bytes with its own content type") from None
-    for value in form.values():
-        if hasattr(value, "read"):
-            return await value.read(), (value.content_type or "application/octet-stream").lower()
-    raise BadRequest(400, "the multipart form holds no file; upload one, e.g. curl -F file=@image.png")
-
-
-def too_many_pixels(e: Exception, limit: int) -> str:
-    import re
-
-    found = re.search(r"\((\d+) pixels\)", str(e))
-    size = f"{int(found.group(1)):,} pixels" if found else "too many pixels"
-    return (f"the image has {size}, over the limit serve.max_pixels={limit:,}; send a smaller image (or start the "
-            "server with a larger serve.max_pixels)")
-
-
-def limit_pixels(limit: int) -> None:
-    """Pillow refuses images over `limit` pixels when it opens them, before decoding a byte of a decompression bomb
-    (by default it only warns up to twice its own limit)."""
-    import warnings
-
-    try:
-        from PIL import Image
-    except ImportError:
-        return
-    Image.MAX_IMAGE_PIXELS = limit
-    warnings.simplefilter("error", Image.DecompressionBombWarning)
 
 
 def check_port(port: int) -> None:
