@@ -13,7 +13,10 @@ The verb knows no domain. The task's config names a deploy module (`task.deploy:
 
 plus the serving hooks that zoo/serve.py calls (`handler(...)`). Everything is written into a temp folder beside
 the target and renamed into place at the end: a failed export (exporter error, parity beyond tolerance) leaves
-nothing behind and an earlier export untouched.
+nothing behind and an earlier export untouched. The temp folder holds the zoo's mark (owned.mark_owner): one that a
+killed export left is removed by the next export into the same place once its writer is gone; one without the mark
+is named, never removed.
+ The checkpoint is read from one snapshot (export_snapshot.py): config, weights and sha256 from the same bytes.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from zoo.core import owned
 from zoo.core.overrides import override_key, override_value
 from zoo.core.resume import checkpoint_argument
 from zoo.errors import ZooError
 from zoo.kit.deploy import Examples, Graph
 from zoo.kit.hooks import find_hooks
 from zoo.verbs.export_out import discard, out_dir, publish, staging_dir, write_manifest
+from zoo.verbs.export_snapshot import snapshot
 
 log = logging.getLogger("zoo")
 
@@ -268,8 +273,9 @@ def check_options(opts: dict, deploy: Any, task: str) -> tuple[str, str, str]:
     return fmt, quant, exporter
 
 
-def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
-    """The whole verb once the config is composed; returns the export folder."""
+def export(cfg: Any, ckpt_path: str, ckpt: dict, read: str | None = None) -> Path:
+    """The whole verb once the config is composed; returns the export folder. `read`: the file the checkpoint's
+    bytes come from (a snapshot of `ckpt_path`, which names the checkpoint in model.json and places the export)."""
     import torch
 
     from zoo import __version__
@@ -280,12 +286,21 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
     deploy = hooks.need("deploy", "export")
     fmt, quant, exporter = check_options(opts, deploy, cfg.task.name)
     out = out_dir(opts, Path(ckpt_path))
+    read = read or ckpt_path
+    left = owned.abandoned(out.parent, f".{out.name}.")  # what killed exports left; the zoo's own is removed
+    if left:
+        print(f"zoo: warning: {', '.join(str(p) for p in left[:3])} look(s) like the temp folder of an export that was "
+              "killed, but hold no mark of the zoo's (an older zoo, or not the zoo's), so they are kept: remove them "
+              "yourself once no export is writing there", flush=True)
     tmp = staging_dir(out)
+    owned.mark_owner(tmp)
     if exporter == "native":  # the task's own format (nlp: a Hugging Face folder); written by the task, no parity run
         try:
             start(cfg)
-            deploy.NATIVE[fmt](load_module(cfg, ckpt_path), tmp)
-            write_manifest(tmp, {"task": cfg.task.name, "format": fmt, "checkpoint": checkpoint_record(ckpt_path)})
+            deploy.NATIVE[fmt](load_module(cfg, read), tmp)
+            owned.unmark_owner(tmp)
+            write_manifest(tmp, {"task": cfg.task.name, "format": fmt,
+                                 "checkpoint": checkpoint_record(ckpt_path, read)})
             publish(tmp, out)
         except BaseException:
             discard(tmp)
@@ -294,7 +309,7 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
         return out
     try:
         start(cfg)
-        module = load_module(cfg, ckpt_path)
+        module = load_module(cfg, read)
         graph = deploy.export_graph(module)
         graph.module.eval()
         samples = int(opts.get("samples", 256))
@@ -331,8 +346,9 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
             **deploy.metadata(module, cfg),
             "parity": report,
             "zoo_version": __version__, "torch_version": torch.__version__,
-            "checkpoint": checkpoint_record(ckpt_path),
+            "checkpoint": checkpoint_record(ckpt_path, read),
         }
+        owned.unmark_owner(tmp)
         meta = write_manifest(tmp, meta)
         publish(tmp, out)
     except BaseException:
@@ -342,8 +358,8 @@ def export(cfg: Any, ckpt_path: str, ckpt: dict) -> Path:
     return out
 
 
-def checkpoint_record(ckpt_path: str) -> dict:
-    return {"path": str(Path(ckpt_path).resolve()), "sha256": sha256(Path(ckpt_path))}
+def checkpoint_record(ckpt_path: str, read: str | None = None) -> dict:
+    return {"path": str(Path(ckpt_path).resolve()), "sha256": sha256(Path(read or ckpt_path))}
 
 
 def summarize(out: Path, meta: dict) -> None:
@@ -361,13 +377,14 @@ def summarize(out: Path, meta: dict) -> None:
     print("\n".join(lines), flush=True)
 
 
-def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (DictConfig, checkpoint dict)
-    """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys."""
+def deploy_config(verb: str, rest: list[str], path: Path, read: Path | None = None):  # noqa: ANN202
+    """The checkpoint's task config with its training overrides, plus free-form `<verb>.<option>` keys:
+    (DictConfig, checkpoint dict). `read`: the file to read the checkpoint from (a snapshot of `path`)."""
     from zoo.core.checkpoint import evaluated_checkpoint
     from zoo.core.config import compose, register_resolvers
     from zoo.core.recorded import checkpoint_overrides
 
-    ckpt, task = evaluated_checkpoint(path, override_value(rest, "task"))
+    ckpt, task = evaluated_checkpoint(read or path, override_value(rest, "task"))
     user = [o for o in rest if override_key(o) not in ("ckpt_path", "task", "experiment")]
     user = [f"+{o}" if o.startswith(f"{verb}.") else o for o in user]
     run_dir = path.resolve().parent.parent if path.resolve().parent.name == "checkpoints" else path.resolve().parent
@@ -379,6 +396,16 @@ def deploy_config(verb: str, rest: list[str], path: Path):  # noqa: ANN202 - (Di
 def main(rest: list[str]) -> None:
     from zoo.verbs.export import export
 
-    path = checkpoint_argument("export", rest)
-    cfg, ckpt = deploy_config("export", rest, path)
-    export(cfg, str(path), ckpt)
+    for _ in range(3):  # a run still training may replace its best checkpoint between finding it and opening it
+        path = checkpoint_argument("export", rest)
+        with snapshot(path) as read:
+            if read is None:
+                continue
+            try:
+                cfg, ckpt = deploy_config("export", rest, path, read)
+                export(cfg, str(path), ckpt, str(read))
+            except ZooError as e:  # name the user's checkpoint, not the snapshot
+                raise ZooError(str(e).replace(str(read), str(path))) from None
+            return
+    raise ZooError(f"checkpoint {path} was replaced three times while the export opened it (a run still training?); "
+                   "export a checkpoint file that is not being replaced, or wait for the run to end")
