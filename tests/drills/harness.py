@@ -45,6 +45,7 @@ class Step:
     signal_when: str | None = None  # send the signal once a console line matches this (then `signal_after` more)
     stdin: str | None = None
     before: Callable[[Path], object] | None = None  # a change to the state just before this command (a user's file)
+    during: Callable[[Path], object] | None = None  # once `signal_when` matched, before the signal (requests)
 
 
 @dataclass
@@ -80,8 +81,12 @@ def run_step(where: Path, step: Step, timeout: float = 240) -> tuple[int, str]:
     if step.signal:
         if step.signal_when:
             seen = _read_until(proc, step.signal_when, timeout)
-        time.sleep(step.signal_after)
-        proc.send_signal(getattr(signal, step.signal))
+        try:
+            if step.during:
+                step.during(where)
+            time.sleep(step.signal_after)
+        finally:  # a failing `during` still stops the process
+            proc.send_signal(getattr(signal, step.signal))
     out, _ = proc.communicate(step.stdin, timeout=timeout)
     return proc.returncode, seen + out
 
