@@ -249,7 +249,8 @@ def _folder_classes(train_dir: Path, root: Path) -> list[str]:
                        "and <root>/val/<class>/*.jpg")
     classes = sorted(d.name for d in train_dir.iterdir() if d.is_dir())
     empty = [c for c in classes if not any(is_image_file(p) for p in (train_dir / c).rglob("*"))]
-    if empty:  # it would become a class the model is asked to predict without ever seeing one example
+    if empty and len(empty) < len(classes):  # a class the model would predict without ever seeing one example
+        # (no image in any class: the folder's own "no images" line says that)
         raise ZooError(f"{train_dir} has class folder(s) without images: {_short(empty)}; add images or remove the "
                        "empty folder(s)")
     if len(classes) < 2:
