@@ -4,17 +4,14 @@ that turns Hydra's multi-line errors into one line that names the fix."""
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from pathlib import Path
 from typing import Any
 
+from zoo.core.configdirs import CONFIG_DIR, config_dirs  # noqa: F401 - CONFIG_DIR: read from here by the verbs
 from zoo.core.naming import check_writable, is_writer, run_id
 from zoo.core.presets import renamed_preset
 from zoo.errors import ZooError
-
-CONFIG_DIR = Path(os.environ.get("ZOO_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
-
 
 SEARCH_SWEEPER = "zoo_optuna"  # hydra/sweeper=zoo_optuna (hydra_plugins/zoo_optuna_sweeper), what hparams_search picks
 
@@ -54,24 +51,6 @@ def register_resolvers() -> None:
                                         else default)
     if not OmegaConf.has_resolver("zoo_writer"):
         OmegaConf.register_new_resolver("zoo_writer", lambda yes, no=None: yes if is_writer() else no)
-
-
-def config_dirs() -> list[Path]:
-    """The config trees, in the order Hydra searches them: the zoo's own, then `ZOO_CONFIG_PATH` (folders
-    separated by `:`, each laid out like configs/: task/<domain>/<name>.yaml, experiment/...), where a user keeps
-    tasks and presets of their own without editing the zoo (hydra_plugins/zoo_searchpath adds them to Hydra)."""
-    extra = [Path(p).expanduser().resolve() for p in os.environ.get("ZOO_CONFIG_PATH", "").split(os.pathsep) if p]
-    for folder in extra:
-        if not folder.is_dir() and folder not in _SAID_MISSING:
-            _SAID_MISSING.add(folder)
-            import sys
-
-            print(f"zoo: warning: ZOO_CONFIG_PATH names {folder}, which is not a folder: no tasks or presets are "
-                  "read from it; fix the path (folders separated by ':')", file=sys.stderr, flush=True)
-    return [CONFIG_DIR, *extra]
-
-
-_SAID_MISSING: set[Path] = set()
 
 
 def yaml_problem(path: Path) -> str | None:

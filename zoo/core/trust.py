@@ -207,7 +207,7 @@ def tree() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """What the user's own config tree names (the zoo's configs/ and the ZOO_CONFIG_PATH folders): its `_target_`s,
     its hook modules (`task.hooks.*`), and its task packages (`task.package`, the top-level package of each
     `task.module._target_`)."""
-    from zoo.core.config import config_dirs
+    from zoo.core.configdirs import config_dirs
 
     return _tree(tuple(str(d) for d in config_dirs()))
 
