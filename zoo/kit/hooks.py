@@ -49,8 +49,9 @@ class DeployHooks(Protocol):
     def parity(self, ref: list, out: list) -> dict: ...
     def score(self, outputs: list, targets: list) -> tuple[str, float]: ...
 
-    # Handler(meta, folder, module): content_types, decode(body, type) -> arrays, encode(outputs, item); optional
-    # calibrate(infer), called once when an export is served
+    # Handler(meta, folder, module): content_types, decode(body, type[, budget]) -> arrays (charging the request's
+    # zoo.kit.deploy.Budget for its items, tokens, pixels, seconds), encode(outputs, item); optional calibrate(infer),
+    # called once when an export is served
     Handler: type
 
 
