@@ -105,21 +105,21 @@ class BeamDecoder:
 
     lexicon: a file of `word<TAB>c h a r s |` lines (flashlight format), or a list of words (spelled with the
     vocabulary's characters), restricting output to known words; lm: a KenLM binary/ARPA file (needs the lexicon
-    or word units, as flashlight requires). Both optional. lm_text: a text file, one sentence per line, from which
+    or word units, as flashlight requires). Both optional. lm_text: a text file (or a list of sentences), from which
     the zoo builds a word n-gram LM of order lm_order (speech/ngram.py) and, unless lexicon is given, the lexicon:
     the words of that text (a word outside it cannot be emitted).
     """
 
     def __init__(self, tokens: Sequence[str], beam_size: int = 20, lexicon: str | Sequence[str] | None = None,
                  lm: str | None = None, lm_weight: float = 0.5, word_score: float = 0.0,
-                 lm_text: str | None = None, lm_order: int = 3) -> None:
+                 lm_text: str | list[str] | None = None, lm_order: int = 3) -> None:
         if lm_text is not None and lm is not None:
             raise ZooError("decoder: give lm (a KenLM/ARPA file) or lm_text (text to build one from), not both")
         with tempfile.TemporaryDirectory() as tmp:
             if lm_text is not None:
                 from .ngram import write_lm
 
-                lm, lm_words = write_lm(str(lm_text), int(lm_order), tmp)
+                lm, lm_words = write_lm(lm_text if isinstance(lm_text, list) else str(lm_text), int(lm_order), tmp)
                 if lexicon is None:  # the LM's words that the vocabulary can spell
                     known = set(tokens[1:]) - {" "}
                     lexicon = [w for w in lm_words if not set(w) - known]

@@ -62,6 +62,8 @@ class CTCRecognizer(L.LightningModule):
         if self.decoder_cfg["kind"] not in KINDS:
             raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy, beam or words")
         self._decoder: BeamDecoder | WordDecoder | None = None
+        # decoder lm_text=train: the training transcripts the word LM is built from, kept in the checkpoint
+        self.lm_sentences: list[str] | None = None
         # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)
         kinds = {"cer": CharErrorRate, "wer": WordErrorRate, "acc": MeanMetric}
         self.metrics = torch.nn.ModuleDict({f"{s}_{m}": kinds[m]() for s in ("val", "test") for m in kinds})
@@ -131,6 +133,11 @@ class CTCRecognizer(L.LightningModule):
             return greedy_decode(log_probs, lengths, self.vocab.tokens)
         if self._decoder is None:
             opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
+            if opts.get("lm_text") == "train":
+                if not self.lm_sentences:
+                    raise ZooError("decoder lm_text=train: this model holds no training transcripts (its checkpoint "
+                                   "predates them); give lm_text=<a text file, one sentence per line>")
+                opts["lm_text"] = list(self.lm_sentences)
             kind = WordDecoder if self.decoder_cfg["kind"] == "words" else BeamDecoder
             self._decoder = kind(self.vocab.tokens, **opts)
         return self._decoder(log_probs, lengths)
@@ -235,7 +242,30 @@ class CTCRecognizer(L.LightningModule):
             log_examples(self, self._examples)
         self._examples = []
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self.lm_sentences:
+            checkpoint["lm_sentences"] = self.lm_sentences
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.lm_sentences = checkpoint.get("lm_sentences") or self.lm_sentences
+
+    def _keep_training_transcripts(self) -> None:
+        """decoder lm_text=train: the word LM is built from the transcripts of the training split (after any carved
+        validation speakers left it), which the checkpoint keeps, so test and predict decode with the same LM."""
+        if self.decoder_cfg.get("lm_text") != "train" or self.lm_sentences:
+            return
+        rows = (getattr(getattr(self.trainer, "datamodule", None), "rows", None) or {}).get("train")
+        if not rows:
+            raise ZooError("decoder lm_text=train needs a training split to build the LM from; give lm_text=<a text "
+                           "file, one sentence per line>")
+        from .vocab import normalize_text
+
+        self.lm_sentences = [normalize_text(r.text) for r in rows]
+        self._decoder = None
+
     def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self._keep_training_transcripts()
         # init_from: the deprecated spelling of pretrained. Old checkpoints keep it in their hparams, so it is read at
         # the start of a new fit only (never by load_from_checkpoint, nor on a resume: the checkpoint restores all).
         if stage == "fit" and self.hparams.init_from and self.pretrained_report is None and not self._resumed:

@@ -101,17 +101,20 @@ def _write(probs: list[dict[tuple, float]], backoff: dict[tuple, float]) -> str:
     return "\n".join(lines)
 
 
-def write_lm(text_file: str, order: int, folder: str) -> tuple[str, list[str]]:
-    """The ARPA file built from `text_file` (one sentence per line, normalised as the model's transcripts are)
-    written into `folder`, and its words."""
+def write_lm(text: str | list[str], order: int, folder: str) -> tuple[str, list[str]]:
+    """The ARPA file built from `text` (a file of one sentence per line, or the sentences), normalised as the
+    model's transcripts are, written into `folder`, and its words."""
     import os
 
     from .vocab import normalize_text
 
-    if not os.path.isfile(text_file):
-        raise ZooError(f"decoder lm_text file not found: {text_file}; give a text file, one sentence per line")
-    with open(text_file, encoding="utf-8") as f:
-        arpa, words = build_arpa((normalize_text(line) for line in f), order)
+    if isinstance(text, str):
+        if not os.path.isfile(text):
+            raise ZooError(f"decoder lm_text file not found: {text}; give a text file, one sentence per line, or "
+                           "train (the run's training transcripts)")
+        with open(text, encoding="utf-8") as f:
+            text = f.read().splitlines()
+    arpa, words = build_arpa((normalize_text(line) for line in text), order)
     path = os.path.join(folder, "words.arpa")
     with open(path, "w", encoding="utf-8") as f:
         f.write(arpa)

@@ -207,3 +207,19 @@ def test_serving_refuses_nan_audio_with_a_422():
     with pytest.raises(BadRequest, match="NaN or inf samples") as e:
         handler.decode(buf.getvalue(), "audio/wav")
     assert e.value.status == 422
+
+
+def test_lm_text_train_is_built_from_the_kept_transcripts():
+    from speech.module import CTCRecognizer
+    from speech.vocab import BLANK
+
+    m = CTCRecognizer(vocab=[BLANK, " ", *"acdeghnorst"], arch="bilstm_small", sample_rate=16000, n_mels=16,
+                      pretrained=False, decoder={"kind": "beam", "beam_size": 4, "lm_text": "train", "lm_order": 2})
+    emissions, lengths = torch.randn(1, 20, 13).log_softmax(-1), torch.tensor([20])
+    with pytest.raises(ZooError, match="lm_text=train: this model holds no training transcripts"):
+        m.decode(emissions, lengths)
+    m.on_load_checkpoint({"lm_sentences": ["the cat sat", "the dog ran"]})
+    assert set(m.decode(emissions, lengths)[0].split()) <= {"the", "cat", "sat", "dog", "ran"}
+    saved: dict = {}
+    m.on_save_checkpoint(saved)
+    assert saved["lm_sentences"] == ["the cat sat", "the dog ran"]
