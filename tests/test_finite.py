@@ -59,9 +59,11 @@ def fit(tmp_path: Path, module: L.LightningModule, epochs: int = 1) -> tuple[L.T
 
 
 @pytest.mark.parametrize("manual", [False, True], ids=["automatic", "manual-optimisation"])
-def test_a_nan_loss_stops_the_run_at_its_step(tmp_path, manual):
-    with pytest.raises(ZooError, match=r"at step 3 \(epoch 0\): training diverged.*learning rate.*no checkpoint"):
-        fit(tmp_path, Diverging(nan_from=3, manual=manual))
+@pytest.mark.parametrize("step", [3, 4], ids=["mid-epoch", "the-epochs-last-step"])
+def test_a_nan_loss_stops_the_run_at_its_step(tmp_path, manual, step):
+    """The verdict of a step is read one step later; the epoch's last one before validation and the save."""
+    with pytest.raises(ZooError, match=rf"at step {step} \(epoch 0\): training diverged.*learning rate.*no checkpoint"):
+        fit(tmp_path, Diverging(nan_from=step, manual=manual))
     assert not list(tmp_path.rglob("*.ckpt"))
 
 

@@ -83,32 +83,65 @@ def ema_refusal(module: Any) -> str:
 
 
 class FiniteTraining(Callback):
-    """A non-finite training loss (or, for a task stepping its own optimisers, a non-finite weight) stops the run at
-    that step with one line (a ZooError: exit 2), naming the step and the likely causes, and no checkpoint with a
-    non-finite weight is ever written: a diverged run went on to report metrics and a best checkpoint of NaN weights.
-    The trainer factory puts it first, so that it runs before any callback that saves on a step."""
+    """A non-finite training loss (or, for a task stepping its own optimisers, a non-finite weight) stops the run with
+    one line (a ZooError: exit 2), naming the step and the likely causes, and no checkpoint with a non-finite weight
+    is ever written: a diverged run went on to report metrics and a best checkpoint of NaN weights. The trainer
+    factory puts it first, so that it runs before any callback that saves on a step.
+
+    A step's verdict is a tensor read at the end of the next step (or before validation, the epoch's end, the fit's
+    end): reading it at once would make the CPU wait for the GPU every step. The stop is one step later, the line
+    names the step that diverged, and the check at each save keeps every checkpoint finite meanwhile."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[Any, int, int, Any] | None = None  # (all finite?, step, epoch, what it checked)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         import torch
 
+        before, self.pending = self.pending, None
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor) and loss.is_floating_point():
-            if not bool(torch.isfinite(loss.detach()).all()):
-                raise diverged(trainer, f"the training loss is {float(loss.detach().float().mean())}")
-        if not pl_module.automatic_optimization:  # a GAN, PPO: no loss comes back, their weights tell
-            bad = [n for n, p in pl_module.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
-            if bad:
-                raise diverged(trainer, f"the weight {bad[0]} holds NaN or infinity")
+            loss = loss.detach()
+            self.pending = (torch.isfinite(loss).all(), trainer.global_step, trainer.current_epoch, loss)
+        elif not pl_module.automatic_optimization:  # a GAN, PPO: no loss comes back, their weights tell
+            params = [p.detach() for p in pl_module.parameters()]
+            if params:
+                flags = torch.stack([torch.isfinite(p).all() for p in params])
+                self.pending = (flags.all(), trainer.global_step, trainer.current_epoch, (pl_module, flags))
+        self._check(trainer, before)
+
+    def _check(self, trainer: Any, pending: tuple[Any, int, int, Any] | None) -> None:
+        if pending is None or bool(pending[0]):
+            return
+        self.pending = None
+        _, step, epoch, seen = pending
+        if isinstance(seen, tuple):
+            module, flags = seen
+            name = [n for n, _ in module.named_parameters()][int((~flags).nonzero()[0])]
+            what = f"the weight {name} holds NaN or infinity"
+        else:
+            what = f"the training loss is {float(seen.float().mean())}"
+        raise diverged(trainer, what, step, epoch)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._check(trainer, self.pending)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._check(trainer, self.pending)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._check(trainer, self.pending)
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
         from zoo.core.numbers import non_finite_tensors
 
+        self._check(trainer, self.pending)  # the step's own verdict first: it names the loss
         bad = non_finite_tensors(checkpoint.get("state_dict", {}))
         if bad:  # raising here is before the file is written: the checkpoints on disk stay the finite ones
             raise diverged(trainer, f"the weight {bad[0]} holds NaN or infinity")
 
 
-def diverged(trainer: Any, what: str) -> Exception:
+def diverged(trainer: Any, what: str, step: int | None = None, epoch: int | None = None) -> Exception:
     """The one line of a run that stopped on a non-finite number: where, the likely causes, what is kept."""
     from pathlib import Path
 
@@ -119,7 +152,9 @@ def diverged(trainer: Any, what: str) -> Exception:
     lr = f" (set to {max(lrs):g})" if lrs and None not in lrs else ""
     last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
     kept = f"the last finite checkpoint {last} is kept" if last.is_file() else "no checkpoint was saved"
-    return ZooError(f"{what} at step {trainer.global_step} (epoch {trainer.current_epoch}): training diverged, so "
+    step = trainer.global_step if step is None else step
+    epoch = trainer.current_epoch if epoch is None else epoch
+    return ZooError(f"{what} at step {step} (epoch {epoch}): training diverged, so "
                     f"the run stopped; the usual causes are a learning rate too high{lr} or NaN/inf values in the "
                     f"data; lower the learning rate or check the data; {kept}")
 
