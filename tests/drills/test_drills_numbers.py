@@ -25,6 +25,7 @@ from harness import (
 )
 from PIL import Image
 
+NLP_REGRESSION = ["task=nlp/bert", "task.data.task_type=regression", "task.monitor=val/pearson", "task.mode=max"]
 SIGHUP_AT_STEP_3 = ["+callbacks.sig._target_=signal_after.SignalAfter", "+callbacks.sig.step=3",
                     "+callbacks.sig.name=SIGHUP"]
 
@@ -46,6 +47,14 @@ def rows() -> list[Drill]:
               [Step(["ckpt_path=run", "export.format=torchscript", "export.out=exp"], 2, "holds non-finite weights")],
               setup=nan_weights, check=lambda w, c: no_result(w, c[0]),
               promise="export of such a checkpoint names the weights, not the parity check"),
+        Drill("train-nlp-regression-label-nan",
+              [Step([*NLP_REGRESSION, "task.data.train_file=train.tsv", "hydra.run.dir=run"], 2,
+                    r"train.tsv:8: label 'nan' is not a number"),
+               Step([*NLP_REGRESSION, "task.data.train_file=inf.tsv", "hydra.run.dir=run"], 2,
+                    r"inf.tsv:8: label 'inf' is not a number")],
+              setup=nan_labels, check=lambda w, c: nothing_left(w / "run"),
+              promise="an nlp regression label written nan or inf is refused as non-numeric, before any model is "
+                      "built (a NaN loss from its first batch)"),
         # images and inputs that are not what they look like
         Drill("train-an-empty-class-folder",
               [Step([*VISION, "task.data.root=data", "hydra.run.dir=run"], 2, "without images: wasps")],
@@ -126,6 +135,12 @@ def nan_weights(where: Path, assets: dict) -> None:
         first = next(k for k, v in state["state_dict"].items() if v.is_floating_point())
         state["state_dict"][first] = torch.full_like(state["state_dict"][first], float("nan"))
         torch.save(state, ckpt)
+
+
+def nan_labels(where: Path, assets: dict) -> None:
+    for name, word in (("train.tsv", "nan"), ("inf.tsv", "inf")):
+        rows = [(word if i == 7 else str(i % 5), f"text number {i}") for i in range(20)]
+        (where / name).write_text("".join(f"{label}\t{text}\n" for label, text in rows))
 
 
 def vision_and_pictures(where: Path, assets: dict) -> None:
