@@ -4,7 +4,7 @@ Whisper tiny.en zero-shot on the same files.
     python scripts/evidence/bench_speech_so762.py --out /tmp/so762 [--stages split,whisper,train,decode] [overrides ...]
 
 split: so762's 125 speakers -> a held-out test set of --test-speakers unseen speakers (children and adults in their
-share, `speech.splits.pick_speakers`, seed --seed) and the rest as the training manifest, from which the preset
+share, `zoo.speech.splits.pick_speakers`, seed --seed) and the rest as the training manifest, from which the preset
 carves its validation speakers itself (task.data.val_speakers); manifests go to --out (absolute audio paths), never
 into the repository. whisper: tiny.en's packaged weights with its own decoder, greedy, no training, on the held-out
 files, scored by the zoo's rule (speech/text.py): the bar. train: `python -m zoo train experiment=speech_so762` on
@@ -26,11 +26,16 @@ from pathlib import Path
 from common import SHARED, ZOO, load1, run, shown, write_record, zoo_env
 
 PRESET = "speech_so762"
+TAG = ""  # --tag: record ids speech.so762<tag>_..., so a second schedule keeps the first one's records
+
+
+def rid(name: str) -> str:
+    return f"speech.so762{TAG}_{name}"
 
 
 def split(data: Path, out: Path, test_speakers: int, seed: int) -> dict:
-    from speech.data import read_speaker_groups
-    from speech.splits import pick_speakers
+    from zoo.speech.data import read_speaker_groups
+    from zoo.speech.splits import pick_speakers
 
     groups = read_speaker_groups(str(data / "speakers.tsv"))
     rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines() if line.strip()]
@@ -88,13 +93,14 @@ def train(data: Path, out: Path, extra: list[str], timeout: float) -> dict:
     common = {"command": bench_command("train"), "preset": PRESET, "load": load}
     keep = {"wall_s": info["wall_s"], "cpu_s": info["cpu_s"], "test_cer": m.get("test/cer"),
             "zoo_command": shown(cmd).replace(str(out), "<folder>").replace(str(data), "<so762>")}
-    write_record("speech.so762_wer", m["test/wer"], metric="WER, held-out speakers (greedy)", extra=keep, **common)
-    write_record("speech.so762_cer", m["test/cer"], metric="CER, held-out speakers (greedy)", extra=keep, **common)
+    own = "held-out speakers (the run's own decoder: task.module.decoder)"
+    write_record(rid("wer"), m["test/wer"], metric=f"WER, {own}", extra=keep, **common)
+    write_record(rid("cer"), m["test/cer"], metric=f"CER, {own}", extra=keep, **common)
     for group in ("children", "adults"):
         if f"test/wer_{group}" in m:
-            write_record(f"speech.so762_wer_{group}", m[f"test/wer_{group}"],
-                         metric=f"WER, held-out {group} (greedy)", extra=keep, **common)
-    write_record("speech.so762_minutes", round(r.wall / 60, 1), metric="training and testing, start to end",
+            write_record(rid(f"wer_{group}"), m[f"test/wer_{group}"],
+                         metric=f"WER, held-out {group} (the run's own decoder)", extra=keep, **common)
+    write_record(rid("minutes"), round(r.wall / 60, 1), metric="training and testing, start to end",
                  unit="minutes", extra={**keep, "threads": 1}, **common)
     return info
 
@@ -103,7 +109,7 @@ def emissions(module, rows: list, batch: int = 8) -> list[tuple]:
     """(log-probs (T, V), frames) of each row's audio, computed once and decoded by every decoder."""
     import torch
 
-    from speech.audio import load_audio
+    from zoo.speech.audio import load_audio
 
     out = []
     with torch.inference_mode():
@@ -119,7 +125,7 @@ def emissions(module, rows: list, batch: int = 8) -> list[tuple]:
 
 
 def decode_wer(decoder, emitted: list[tuple], refs: list[str]) -> tuple[float, float]:
-    from speech.text import cer, wer
+    from zoo.speech.text import cer, wer
 
     hyps = [decoder(logp, n)[0] for logp, n in emitted]
     return wer(hyps, refs), cer(hyps, refs)
@@ -130,9 +136,9 @@ def decode(out: Path, lm_weights: list[float], word_scores: list[float]) -> dict
     word score chosen on the run's validation speakers (val_speakers.txt), never on the test files."""
     import torch
 
-    from speech.decoding import BeamDecoder, greedy_decode
-    from speech.manifest import read_manifest
-    from speech.module import CTCRecognizer
+    from zoo.speech.decoding import BeamDecoder, greedy_decode
+    from zoo.speech.manifest import read_manifest
+    from zoo.speech.module import CTCRecognizer
 
     torch.set_num_threads(1)
     best = (out / "best.txt").read_text().strip()
@@ -161,7 +167,7 @@ def decode(out: Path, lm_weights: list[float], word_scores: list[float]) -> dict
     for name, dec in decoders.items():
         rate, crate = decode_wer(dec, test_em, test_refs)
         found[name] = {"wer": round(rate, 4), "cer": round(crate, 4)}
-        write_record(f"speech.so762_wer_{name}", round(rate, 4), metric=f"WER, held-out speakers, {name} decoding "
+        write_record(rid(f"wer_{name}"), round(rate, 4), metric=f"WER, held-out speakers, {name} decoding "
                      "of the benchmark's checkpoint", command=cmd, preset=PRESET, load=f"{load:.1f}->{load1():.1f}",
                      extra={"cer": round(crate, 4), "files": len(test_rows), "lm_weight": w, "word_score": ws})
     found["wall_s"] = round(time.time() - start, 1)
@@ -177,7 +183,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="Whisper zero-shot's torch threads")
     ap.add_argument("--timeout", type=float, default=90 * 60)
+    ap.add_argument("--tag", default="", help="record ids speech.so762<tag>_... (e.g. _3ep) for another schedule")
     args, overrides = ap.parse_known_args()
+    global TAG
+    TAG = args.tag
     data, out = Path(args.data), Path(args.out).resolve()
     for stage in args.stages.split(","):
         start, load = time.time(), load1()
