@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from gan.frechet import ClassCounts, FrechetDistance
 from zoo.core.checkpoint import load_checkpoint
 from zoo.errors import ZooError
+from zoo.gan.frechet import ClassCounts, FrechetDistance
 
 log = logging.getLogger(__name__)
 RECIPE = "smallcnn-v1"  # bump when the fallback classifier or its training changes: invalidates the cache

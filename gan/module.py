@@ -18,11 +18,11 @@ from typing import Any
 import lightning as L
 import torch
 
-from gan import losses
-from gan.evaluator import Judge, build_judge
-from gan.models import SIZES, build, list_models
-from gan.speed import ema_update_
 from zoo.errors import ZooError
+from zoo.gan import losses
+from zoo.gan.evaluator import Judge, build_judge
+from zoo.gan.models import SIZES, build, list_models
+from zoo.gan.speed import ema_update_
 from zoo.kit import tb
 from zoo.kit.optim import build_optimizer, require_optimizer
 
@@ -85,7 +85,7 @@ class DCGAN(L.LightningModule):
         self.judge: Judge | None = None  # built in setup(): it needs the datamodule's train split
         # Fine-tuning G and D from an earlier run (gan/pretrained.py); the zoo saves `pretrained` as False in every
         # checkpoint, so load_from_checkpoint never reads the source again; nor does a resumed run.
-        from gan.pretrained import load_pretrained
+        from zoo.gan.pretrained import load_pretrained
         from zoo.kit.pretrained import unless_resuming
 
         self.pretrained_report = unless_resuming(lambda: load_pretrained(self, pretrained))
@@ -214,7 +214,7 @@ class DCGAN(L.LightningModule):
 
     # ------------------------------------------------------------------------------------------------ evaluation
     def setup(self, stage: str) -> None:
-        # a plain attribute (gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
+        # a plain attribute (zoo.gan.evaluator.Judge is no nn.Module): kept out of state_dict, DDP and checkpoints
         if stage in ("fit", "validate", "test") and self.judge is None and self._evaluates(stage):
             self.judge = build_judge(self.hparams, self.trainer.datamodule)
 

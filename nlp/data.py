@@ -1,7 +1,7 @@
 """Text classification / regression data: the built-in offline set, local CSV/TSV/JSONL files, or GLUE.
 
 Texts are tokenised once in `setup` (no padding); batches are padded to their own longest example and built from
-length-grouped indices (`nlp.sampler`), so an epoch of short sentences costs what short sentences cost.
+length-grouped indices (`zoo.nlp.sampler`), so an epoch of short sentences costs what short sentences cost.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from nlp import builtin, files, glue
-from nlp.models.hub import load_tokenizer
-from nlp.sampler import LengthGroupedSampler, pad_batch
 from zoo.errors import ZooError
 from zoo.kit.loaders import loader_options
+from zoo.nlp import builtin, files, glue
+from zoo.nlp.models.hub import load_tokenizer
+from zoo.nlp.sampler import LengthGroupedSampler, pad_batch
 
 log = logging.getLogger(__name__)
 

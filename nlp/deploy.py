@@ -88,7 +88,7 @@ def metadata(module: Any, cfg: Any) -> dict:
 
 
 def extra_files(module: Any) -> dict[str, bytes]:
-    from nlp.hf_folder import tokenizer_to_files
+    from zoo.nlp.hf_folder import tokenizer_to_files
 
     files = tokenizer_to_files(module.tokenizer)
     return {f"tokenizer/{k}": base64.b64decode(v[4:]) if v.startswith("b64:") else v.encode("utf-8")
@@ -183,6 +183,6 @@ class Handler:
 
 
 def _save_hf(module: Any, out: Any) -> Any:
-    from nlp.hf_folder import export_hf
+    from zoo.nlp.hf_folder import export_hf
 
     return export_hf(module, out)

@@ -66,7 +66,7 @@ def export_hf(module: Any, out_dir: str | Path, state_dict: dict | None = None) 
         model = copy.deepcopy(model).cpu()
         prefix = "model."
         model.load_state_dict({k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)})
-    from nlp.models.hub import quiet_load
+    from zoo.nlp.models.hub import quiet_load
 
     with quiet_load():  # no "Writing model shards" bar for a file or two
         model.save_pretrained(out, safe_serialization=True)

@@ -17,16 +17,16 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, ListConfig
 
-from nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
-from nlp.metrics import make_metrics
-from nlp.models import freeze, load_classifier, load_config, load_tokenizer, param_groups
-from nlp.models.hub import attention_kwargs, with_dropout
 from zoo.base import plain
 from zoo.core.resume import resumed_checkpoint
 from zoo.core.validate import check_probability
 from zoo.errors import ZooError
 from zoo.kit import tb
 from zoo.kit.optim import configure
+from zoo.nlp.hf_folder import HFExport, tokenizer_from_files, tokenizer_to_files
+from zoo.nlp.metrics import make_metrics
+from zoo.nlp.models import freeze, load_classifier, load_config, load_tokenizer, param_groups
+from zoo.nlp.models.hub import attention_kwargs, with_dropout
 
 log = logging.getLogger(__name__)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -88,7 +88,7 @@ class SequenceClassifier(pl.LightningModule):
 
     def _new_model(self, encoder: str, pretrained: bool | str) -> tuple[Any, str]:
         """self.model with the weights `pretrained` names (nlp/pretrained.py), and its report; -> (config, kind)."""
-        from nlp import pretrained as pt
+        from zoo.nlp import pretrained as pt
 
         kind = pt.choice(pretrained)
         try:
@@ -244,7 +244,7 @@ class SequenceClassifier(pl.LightningModule):
         if self.tokenizer is None and getattr(dm, "tokenizer", None) is not None:
             self.tokenizer = dm.tokenizer  # (data modules set up before the module)
         if dm is not None and hasattr(dm, "check_model"):
-            dm.check_model(self)  # the task-type and label checks live once, in nlp.data
+            dm.check_model(self)  # the task-type and label checks live once, in zoo.nlp.data
         ckpt = self.trainer.checkpoint_callback
         monitor = getattr(ckpt, "monitor", None)
         logged = {f"val/{n}" for n in self.metric_names} | {"val/loss"}

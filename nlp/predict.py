@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from nlp.data import PAIR_SEP, tokenize
-from nlp.files import decode, read_text
-from nlp.sampler import pad_batch
 from zoo.errors import ZooError, one_line
+from zoo.nlp.data import PAIR_SEP, tokenize
+from zoo.nlp.files import decode, read_text
+from zoo.nlp.sampler import pad_batch
 
 # The predict.* keys this task reads (every other predict.* key is refused, not dropped).
 PREDICT_KEYS = ("batch_size", "max_length", "encoding")

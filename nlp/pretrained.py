@@ -54,7 +54,7 @@ def _from_folder_or_hub(location: str, local: bool, where: str) -> tuple[dict, l
     """The tensors of a save_pretrained folder or hub model; a base encoder's (absent) head is left out."""
     from transformers import AutoModelForSequenceClassification
 
-    from nlp.models.hub import quiet_load
+    from zoo.nlp.models.hub import quiet_load
 
     try:
         with quiet_load(local):
@@ -85,7 +85,7 @@ def _from_file(path: str, config: Any) -> tuple[dict, list[str] | None]:
 
 def source_weights(value: str, config: Any) -> tuple[dict, list[str] | None, str]:
     """(tensors by name, the labels its head was trained on or None, where) of a non-boolean `pretrained`."""
-    from nlp.models.hub import resolve
+    from zoo.nlp.models.hub import resolve
 
     path = Path(value).expanduser()
     if path.is_dir() or not (path.suffix in WEIGHT_SUFFIXES or value.startswith((".", "/", "~"))):

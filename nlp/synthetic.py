@@ -1,5 +1,5 @@
 """Random token sequences of a fixed length, for measuring speed without data, tokenizer or network (`zoo bench` on
-a machine with none): `task.data._target_=nlp.synthetic.SyntheticTextDataModule task.data.max_length=128`, with an
+a machine with none): `task.data._target_=zoo.nlp.synthetic.SyntheticTextDataModule task.data.max_length=128`, with an
 encoder folder from `write_encoder` and `task.module.pretrained=false` (random init: the same speed).
 
 Every position is a real token (attention mask all ones), so tokens/s counts every slot. A few batches are made once

@@ -42,7 +42,7 @@ class _Policy(torch.nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs if obs.dtype == torch.uint8 else obs.float()
-        if self.normalize:  # rl.normalize.RunningMeanStd.normalize with the frozen statistics
+        if self.normalize:  # zoo.rl.normalize.RunningMeanStd.normalize with the frozen statistics
             x = ((x - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
         out = self.agent.policy_out(x)
         action = out.argmax(-1) if self.discrete else torch.maximum(torch.minimum(out, self.high), self.low)
@@ -57,7 +57,7 @@ def export_graph(module: Any) -> Graph:
 
 def example_batches(module: Any, cfg: Any, n: int) -> list[Examples]:
     """n observations the agent itself meets: the trained policy plays the checkpoint's env (seed 0)."""
-    from rl.envs import make_single
+    from zoo.rl.envs import make_single
 
     env = make_single(module.env_cfg["id"], env_kwargs=module.env_cfg["kwargs"])
     policy = module.collector.policy(module.agent, deterministic=True)

@@ -113,7 +113,7 @@ def make_single(env_id: str, render_mode: str | None = None, env_kwargs: dict | 
         except ZooError as e:
             raise ZooError(f"{env_id} {e}" if str(e) == MUJOCO_MISSING else str(e)) from None
     if is_atari(env_id):
-        from rl.atari import make_atari
+        from zoo.rl.atari import make_atari
 
         # noop starts, max-pool over 4 skipped frames, 84x84 grayscale, 4 stacked; uint8 (the CNN scales them).
         return make_atari(env_id, render_mode=render_mode, **kwargs)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rl.envs import is_mujoco, make_single, make_vector_env, no_video_hint
+from zoo.rl.envs import is_mujoco, make_single, make_vector_env, no_video_hint
 
 log = logging.getLogger(__name__)
 MUJOCO_FRAME = {"width": 240, "height": 240}  # software EGL renders 480x480 in ~110 ms, 240x240 in a quarter

@@ -19,14 +19,14 @@ import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, IterableDataset
 
-from rl import ppo
-from rl.envs import describe_env
-from rl.evaluate import record_episode, run_episodes
-from rl.models import build_agent
-from rl.rollout import Batch, Collector
 from zoo.errors import ZooError
 from zoo.kit import tb
 from zoo.kit.optim import require_optimizer
+from zoo.rl import ppo
+from zoo.rl.envs import describe_env
+from zoo.rl.evaluate import record_episode, run_episodes
+from zoo.rl.models import build_agent
+from zoo.rl.rollout import Batch, Collector
 
 # Ticks has a length on purpose (Lightning sizes the epoch from it); it is never split across loader workers.
 warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__` defined")
@@ -81,8 +81,8 @@ class PPO(LightningModule):
         # Fine-tuning from another run (rl/pretrained.py: same observations, any action space); a new run with its
         # own optimiser, schedule and step count. The zoo saves `pretrained` as False in every checkpoint, and a
         # resumed run does not read it (its checkpoint restores every tensor).
-        from rl.pretrained import load_pretrained
         from zoo.kit.pretrained import unless_resuming
+        from zoo.rl.pretrained import load_pretrained
 
         self.pretrained_report = unless_resuming(lambda: load_pretrained(self, pretrained))
 
@@ -161,7 +161,7 @@ class PPO(LightningModule):
         self._set_lr(opt)
         roll = self.collector.collect(self._rollout_agent(), h.num_steps)
         if self.collector.obs_rms is not None and self.world > 1:
-            from rl.normalize import sync_running_stats
+            from zoo.rl.normalize import sync_running_stats
 
             sync_running_stats(self.collector.obs_rms, lambda t: self.trainer.strategy.reduce(t, reduce_op="mean"))
         stats = self._learn(opt, roll)

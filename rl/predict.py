@@ -14,9 +14,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rl.envs import no_video_hint
-from rl.evaluate import record_episode, run_episodes, save_video
 from zoo.errors import ZooError
+from zoo.rl.envs import no_video_hint
+from zoo.rl.evaluate import record_episode, run_episodes, save_video
 
 # The predict.* keys this task reads (every other predict.* key is refused, not dropped).
 PREDICT_KEYS = ("episodes", "seed", "out", "max_frames", "fps")

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl.envs import make_vector_env
-from rl.normalize import RewardScaler, RunningMeanStd
+from zoo.rl.envs import make_vector_env
+from zoo.rl.normalize import RewardScaler, RunningMeanStd
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Collector:
         return a if self.discrete else np.clip(a, self.low, self.high)  # sample kept unclipped for log-probs
 
     def policy(self, agent: torch.nn.Module, deterministic: bool = True):  # noqa: ANN201
-        """A numpy policy for rl.evaluate: normalises with the current (frozen) statistics."""
+        """A numpy policy for zoo.rl.evaluate: normalises with the current (frozen) statistics."""
 
         def act(obs: np.ndarray) -> np.ndarray:
             x = self.process_obs(obs, update=False)

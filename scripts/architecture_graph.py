@@ -25,14 +25,14 @@ def layer_of(module: str) -> str | None:
     for name, prefixes in LAYERS:
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return name
-    top = module.split(".")[0]
-    return "domains" if top in DOMAINS else None
+    parts = module.split(".")
+    return "domains" if parts[0] == "zoo" and len(parts) > 1 and parts[1] in DOMAINS else None
 
 
 def edges() -> tuple[Counter, dict[str, list[str]]]:
     import grimp
 
-    graph = grimp.build_graph("zoo", *DOMAINS, cache_dir=None)
+    graph = grimp.build_graph("zoo", cache_dir=None)
     counts: Counter = Counter()
     members: dict[str, set[str]] = {}
     for m in graph.modules:

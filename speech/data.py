@@ -37,7 +37,7 @@ class SpeechDataset(Dataset):
                  speed_perturb: list[float] | None = None, augment: torch.nn.Module | None = None) -> None:
         self.rows, self.sample_rate, self.in_memory = rows, sample_rate, in_memory
         self.speed_perturb = [float(f) for f in speed_perturb or []]
-        self.augment = augment  # speech.augment.WaveAugment (training only): tilt, room, noise
+        self.augment = augment  # zoo.speech.augment.WaveAugment (training only): tilt, room, noise
         self.texts = [normalize_text(r.text) for r in rows]
         self._cache: dict[int, torch.Tensor] = {}
 
@@ -114,9 +114,9 @@ class BucketBatchSampler(BatchSampler):
 class SpeechDataModule(L.LightningDataModule):
     """Shared loaders; subclasses implement `load_rows()` -> {"train": [...], "val": [...], "test": [...]}.
 
-    augment: options of `speech.augment.WaveAugment` (tilt, room, noise), drawn per training utterance.
+    augment: options of `zoo.speech.augment.WaveAugment` (tilt, room, noise), drawn per training utterance.
     mix_synth: add eSpeak NG utterances to the training split (true or "espeak": the zoo's corpus at this rate;
-    a dict of `speech.synth.generate` options; or a corpus folder holding train.jsonl), only those whose words all
+    a dict of `zoo.speech.synth.generate` options; or a corpus folder holding train.jsonl), only those whose words all
     occur in the real training transcripts;
     mix_synth_ratio: how many per real training utterance (null: every one that fits).
     """

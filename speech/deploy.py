@@ -129,7 +129,7 @@ def extra_files(module: Any) -> dict[str, bytes]:
 
 
 def transcripts(log_probs: np.ndarray, lengths: np.ndarray, tokens: list[str]) -> list[str]:
-    from speech.decoding import greedy_decode
+    from zoo.speech.decoding import greedy_decode
 
     return greedy_decode(torch.from_numpy(log_probs), torch.from_numpy(lengths), tokens)
 
@@ -157,7 +157,7 @@ class Handler:
     pad = {"features": 0.0, "frames": 0}
 
     def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
-        from speech.features import LogMel
+        from zoo.speech.features import LogMel
 
         pre = meta["preprocess"]
         self.rate = int(pre["sample_rate"])
@@ -177,7 +177,7 @@ class Handler:
         the runtime (HTTP 500). Probe the graph once at the recorded limit and, where it fails, find to 10 ms what
         it takes, so such a clip gets the 422 a too-long one gets. Only an export that recorded the whole window can
         be stale: one that adds silence records less since, and is served without a probe."""
-        from speech.models.whisper import WINDOW_SECONDS
+        from zoo.speech.models.whisper import WINDOW_SECONDS
 
         if not (self.whisper and self.wave_input) or self.max_seconds < WINDOW_SECONDS:
             return

@@ -21,7 +21,7 @@ class LogMel(nn.Module):
     or "level" (one mean and variance over all bins: removes only the gain, keeps the spectral shape, which in a
     single short word is much of what tells the words apart).
 
-    voice: options of `speech.augment.VoiceAugment` (VTLP, pitch shift), applied to the power spectrogram before the
+    voice: options of `zoo.speech.augment.VoiceAugment` (VTLP, pitch shift), applied to the power spectrogram before the
     Mel filterbank in training only; it holds no tensors, so checkpoints are the same with or without it.
     """
 

@@ -86,7 +86,7 @@ def generate(root: str | Path, sample_rate: int = 16000, num_train: int = 4000, 
     out = Path(os.path.expanduser(str(root))) / f"synth-{key}"
     if (out / "done").exists():
         return out
-    from speech.espeak import ESpeak
+    from zoo.speech.espeak import ESpeak
 
     engine = ESpeak.get()
     tmp = owned.temp_dir(out.parent, prefix=f".{out.name}.")

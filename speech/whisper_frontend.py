@@ -40,7 +40,7 @@ class WhisperLogMel(nn.Module):
                                                     mel_scale="slaney")  # (bins, n_mels)
         self.register_buffer("mel", mel.T.contiguous().float(), persistent=False)
         self.bins = bins
-        self.voice: nn.Module | None = None  # speech.augment.VoiceAugment (VTLP, pitch), training only
+        self.voice: nn.Module | None = None  # zoo.speech.augment.VoiceAugment (VTLP, pitch), training only
 
     @staticmethod
     def frames(lengths: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ TASKS = options("task")
 @pytest.mark.parametrize("task", TASKS)
 def test_every_task_offers_every_hook_by_the_one_rule(task):
     hooks = find_hooks(compose([f"task={task}"]).task)
-    assert hooks.package == task.split("/")[0]
+    assert hooks.package == "zoo." + task.split("/")[0]
     assert callable(hooks.predict) and callable(hooks.models) and hooks.models()
     assert hooks.deploy is not None and hooks.deploy.FORMATS and hasattr(hooks.deploy, "Handler")
     assert hooks.bench is not None and callable(hooks.bench.units) and hooks.bench.UNIT

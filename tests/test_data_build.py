@@ -93,7 +93,7 @@ def flowers(tmp_path: Path) -> Path:
 def test_flowers12_from_17flowers_tgz_is_an_image_folder_the_vision_datamodule_reads(tmp_path, flowers, capsys):
     from PIL import Image
 
-    from vision.data import ImageDataModule
+    from zoo.vision.data import ImageDataModule
 
     code, out, err = run(capsys, "flowers12", flowers, tmp_path / "flowers12", "--size", "32")
     assert code == 0, err
@@ -180,7 +180,7 @@ def tsv(path: Path) -> list[tuple[str, str]]:
 
 
 def test_cr_from_senteval_zip_is_a_seeded_tsv_split_the_nlp_datamodule_reads(tmp_path, capsys):
-    from nlp.data import TextDataModule
+    from zoo.nlp.data import TextDataModule
 
     download = zip_of(tmp_path / "datasmall_NB_ACL12.zip", {"data/customerr/custrev.pos": CR_POS,
                                                             "data/customerr/custrev.neg": CR_NEG})
@@ -238,7 +238,7 @@ def fsdd_files(prefix: str) -> dict[str, bytes]:
 
 
 def test_fsdd_from_the_repository_zip_is_the_folder_the_fsdd_datamodule_reads(tmp_path, capsys):
-    from speech.fsdd import FSDDDataModule
+    from zoo.speech.fsdd import FSDDDataModule
 
     files = fsdd_files("free-spoken-digit-dataset-master/")
     download = zip_of(tmp_path / "free-spoken-digit-dataset-master.zip", files)
@@ -301,7 +301,7 @@ def so762(tmp_path: Path) -> Path:
 
 
 def test_so762_from_openslrs_archive_is_the_manifest_layout_the_speech_datamodule_reads(tmp_path, so762, capsys):
-    from speech.data import ManifestDataModule
+    from zoo.speech.data import ManifestDataModule
 
     code, out, err = run(capsys, "so762", so762, tmp_path / "so762")
     assert code == 0, err

@@ -52,8 +52,8 @@ def test_a_bad_image_in_a_folder_gets_its_own_line(run_zoo, vision, tmp_path):
 
 
 def test_a_folder_of_texts_reports_an_unreadable_file_and_reads_the_others(tmp_path):
-    from nlp.predict import read_inputs
     from zoo.errors import ZooError
+    from zoo.nlp.predict import read_inputs
 
     (tmp_path / "a.txt").write_text("good film\n")
     (tmp_path / "b.txt").write_bytes("na\u00efve caf\u00e9\n".encode("latin-1"))

@@ -74,6 +74,8 @@ def test_the_zoo_import_graph_has_no_cycle():
     import grimp
 
     graph = grimp.build_graph("zoo", cache_dir=None)
-    modules = {m for m in graph.modules if m.startswith("zoo")}
+    # the zoo's own layers; the domains (zoo.vision, ... since they moved under zoo.) are checked by their contracts
+    domains = tuple(f"zoo.{d}" for d in ("vision", "nlp", "rl", "speech", "gan"))
+    modules = {m for m in graph.modules if m.startswith("zoo") and not m.startswith(domains)}
     # a package's __init__ importing its own submodule (re-export) is not a cycle between files
     assert [c for c in _cycles(graph, modules) if not any(m + "." in " ".join(c) for m in c)] == []

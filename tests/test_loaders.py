@@ -39,7 +39,7 @@ def test_pinned_only_for_a_cuda_trainer_and_only_off_the_main_thread():
 def test_image_folder_loaders_pin_on_a_gpu(tmp_path, device, pinned):
     from PIL import Image
 
-    from vision.data import ImageDataModule
+    from zoo.vision.data import ImageDataModule
 
     for split in ("train", "val"):
         for c in ("a", "b"):

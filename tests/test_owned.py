@@ -153,15 +153,14 @@ def test_a_failed_checkpoint_write_leaves_no_temp_and_lightning_replaces_only_it
 
 
 def test_a_stopped_corpus_synthesis_leaves_no_half_corpus(tmp_path, monkeypatch):
-    import speech.synth as synth
-
+    import zoo.speech.synth as synth
     before = user_folder(tmp_path)
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(synth, "_synth_split", stop)
-    monkeypatch.setattr("speech.espeak.ESpeak.get", staticmethod(lambda: None))
+    monkeypatch.setattr("zoo.speech.espeak.ESpeak.get", staticmethod(lambda: None))
     with pytest.raises(KeyboardInterrupt):
         synth.generate(tmp_path, num_train=2, num_val=1, num_test=1)
     assert checksums(tmp_path) == before

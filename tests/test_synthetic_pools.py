@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nlp import synthetic as text
-from vision import synthetic as images
+from zoo.nlp import synthetic as text
+from zoo.vision import synthetic as images
 
 MODULES = {
     "vision": lambda: images.SyntheticImageDataModule(image_size=8, num_classes=3, batch_size=2, batches=5),

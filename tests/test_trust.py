@@ -35,8 +35,8 @@ def sha(path: Path) -> str:
                                       "+callbacks.pwn._target_=zoo.base.instantiate", "task.hooks.deploy=this",
                                       "task.package=os", "+callbacks.pwn._args_=[{_target_:subprocess.call}]",
                                       "+task.x='${oc.decode:\"{_target_: os.system}\"}'",
-                                      "+callbacks.w._target_=speech.decoding.write_lexicon",
-                                      "+callbacks.w._target_=rl.evaluate.save_video"])
+                                      "+callbacks.w._target_=zoo.speech.decoding.write_lexicon",
+                                      "+callbacks.w._target_=zoo.rl.evaluate.save_video"])
 def test_an_override_naming_code_outside_the_allow_list_is_refused(override):
     from zoo.core.trust import check_overrides
 
@@ -48,7 +48,7 @@ def test_an_override_naming_code_outside_the_allow_list_is_refused(override):
 @pytest.mark.parametrize("override", ["task=vision/resnet", "task.module.optimizer._target_=torch.optim.SGD",
                                       "+callbacks.early._target_=lightning.pytorch.callbacks.EarlyStopping",
                                       "task.module.scheduler._target_=torch.optim.lr_scheduler.StepLR",
-                                      "task.hooks.deploy=vision.deploy", "trainer.max_epochs=3", "seed=7",
+                                      "task.hooks.deploy=zoo.vision.deploy", "trainer.max_epochs=3", "seed=7",
                                       "+task.data.mean=[0.5,0.5]",
                                       "+callbacks.watch._target_=zoo.core.rank_watch.DeadRankWatch"])
 def test_what_the_zoo_writes_itself_passes(override):
@@ -144,7 +144,7 @@ def test_a_later_export_keeps_the_users_empty_folders(tmp_path):
 def _export(folder: Path, **meta) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.onnx").write_bytes(b"\x08\x07not a whole graph")
-    base = {"task": "vision/resnet", "package": "vision", "deploy_hooks": "vision.deploy", "format": "onnx",
+    base = {"task": "vision/resnet", "package": "vision", "deploy_hooks": "zoo.vision.deploy", "format": "onnx",
             "file": "model.onnx", "inputs": [{"name": "image"}], "outputs": [{"name": "logits"}]}
     (folder / "model.json").write_text(json.dumps({**base, **meta}))
     return folder

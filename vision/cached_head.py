@@ -4,7 +4,7 @@ logistic regression (`head_fit=lbfgs`, vision/headfit.py); flip TTA; the frozen 
 (`frozen_jit`, vision/frozen.py). What experiment=vision_imagefolder and vision_flowers12 train (docs/vision.md).
 
 ImageClassifier builds this class when given any of these options (vision/module.py, CACHED_HEAD_OPTIONS), so the
-task config and every checkpoint saved as `vision.module.ImageClassifier` with them keep working.
+task config and every checkpoint saved as `zoo.vision.module.ImageClassifier` with them keep working.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vision import finetune as ft
-from vision import frozen
-from vision import headfit as hf
-from vision.module import ImageClassifier
 from zoo.errors import ZooError
 from zoo.kit import tb
+from zoo.vision import finetune as ft
+from zoo.vision import frozen
+from zoo.vision import headfit as hf
+from zoo.vision.module import ImageClassifier
 
 log = logging.getLogger(__name__)
 

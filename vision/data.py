@@ -63,7 +63,7 @@ class ImageDataModule(pl.LightningDataModule):
         super().__init__()
         if dataset not in DATASETS:
             raise ZooError(f"unknown dataset '{dataset}': use one of {', '.join(DATASETS)}")
-        from vision.models import norm_config
+        from zoo.vision.models import norm_config
 
         self.dataset, self.root = dataset, Path(root).expanduser()
         self.batch_size, self.augment, self.download, self.seed = batch_size, augment, download, seed

@@ -92,7 +92,7 @@ class Handler:
     pad: dict[str, float] = {}
 
     def __init__(self, meta: dict, folder: Any = None, module: Any = None) -> None:
-        from vision.data import eval_transform
+        from zoo.vision.data import eval_transform
 
         pre = meta["preprocess"]
         self.mode = pre["color_mode"]

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from vision import finetune as ft
-from vision.models import create_backbone, head_prefixes
 from zoo.core.resume import resumed_checkpoint
 from zoo.errors import ZooError
 from zoo.kit import optim, tb
+from zoo.vision import finetune as ft
+from zoo.vision.models import create_backbone, head_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class ImageClassifier(pl.LightningModule):
     def __new__(cls, *args: Any, **kwargs: Any) -> ImageClassifier:
         if cls is ImageClassifier and any(k in CACHED_HEAD_OPTIONS and v != CACHED_HEAD_OPTIONS[k]
                                           for k, v in kwargs.items()):
-            from vision.cached_head import CachedHeadClassifier
+            from zoo.vision.cached_head import CachedHeadClassifier
 
             cls = CachedHeadClassifier
         return super().__new__(cls)
@@ -245,7 +245,7 @@ class ImageClassifier(pl.LightningModule):
         samples, self._samples = self._samples, []
         if not samples or self.trainer.sanity_checking:
             return
-        from vision.viz import captioned_grid
+        from zoo.vision.viz import captioned_grid
 
         samples.sort(key=lambda s: s[2])  # by true class
         x = torch.stack([s[0] for s in samples])
@@ -258,7 +258,7 @@ class ImageClassifier(pl.LightningModule):
         matrix = self.confusion.compute()
         self.confusion.reset()
         if self.trainer.is_global_zero:
-            from vision.viz import confusion_figure
+            from zoo.vision.viz import confusion_figure
 
             tb.log_figure(self, "test/confusion_matrix", confusion_figure(matrix, self.class_names))
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from vision.data import eval_transform, load_image
 from zoo.errors import ZooError, one_line
 from zoo.kit.images import IMAGE_EXTENSIONS, is_image_file
+from zoo.vision.data import eval_transform, load_image
 
 # The predict.* keys this task reads (every other predict.* key is refused, not dropped).
 PREDICT_KEYS = ("top_k", "batch_size")

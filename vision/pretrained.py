@@ -80,7 +80,7 @@ def read_state_dict(path: Path, arch: str) -> dict[str, torch.Tensor]:
 
 def _convert(model: nn.Module, sd: dict, path: Path, arch: str) -> dict:
     """Foreign naming -> timm: efficientnet_pytorch by the verified mapping, others by timm's own converter."""
-    from vision.models.packaged import is_efficientnet_pytorch, to_timm
+    from zoo.vision.models.packaged import is_efficientnet_pytorch, to_timm
 
     if is_efficientnet_pytorch(sd):
         return to_timm(sd, arch, path.name)

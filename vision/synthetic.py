@@ -1,5 +1,5 @@
 """Random images of a fixed shape, for measuring speed without a dataset (`zoo bench` on a machine with no data or
-network): `task.data._target_=vision.synthetic.SyntheticImageDataModule task.data.image_size=224`.
+network): `task.data._target_=zoo.vision.synthetic.SyntheticImageDataModule task.data.image_size=224`.
 
 A few batches are made once and served again and again, kept on the trainer's GPU (or pinned once), so the loader
 costs almost nothing and the numbers are the model's. Accepts (and ignores) the other keys of the task's data config.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from gan.models.dcgan import SIZES, Discriminator, Generator, dcgan_init
+from zoo.gan.models.dcgan import SIZES, Discriminator, Generator, dcgan_init
 
 # name -> default widths (ngf, ndf); `width` in the task config overrides them.
 ARCHS: dict[str, tuple[int, int]] = {"dcgan": (64, 64), "dcgan_small": (32, 32)}

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from nlp.models.parts import MPNET, SplitZip, find_pieces, unpacked
 from zoo.errors import ZooError
+from zoo.nlp.models.parts import MPNET, SplitZip, find_pieces, unpacked
 
 log = logging.getLogger(__name__)
 

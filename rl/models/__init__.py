@@ -1,11 +1,11 @@
-"""Actor-critic networks, built by name from the environment's space description (see rl.envs.space_spec)."""
+"""Actor-critic networks, built by name from the environment's space description (see zoo.rl.envs.space_spec)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from rl.models.agents import ACTIVATIONS, CNNAgent, MLPAgent
 from zoo.errors import ZooError
+from zoo.rl.models.agents import ACTIVATIONS, CNNAgent, MLPAgent
 
 ARCHS = {"mlp": MLPAgent, "nature_cnn": CNNAgent}
 

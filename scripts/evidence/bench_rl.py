@@ -235,11 +235,10 @@ def phases(overrides: list[str]) -> None:
     import gymnasium as gym
     import lightning.pytorch as pl
 
-    import rl.models.agents
-    import rl.module
-    import rl.normalize
-    import rl.rollout
-
+    import zoo.rl.models.agents
+    import zoo.rl.module
+    import zoo.rl.normalize
+    import zoo.rl.rollout
     spent: dict[str, float] = {}
 
     def timed(cls: type, name: str, label: str) -> None:
@@ -256,14 +255,17 @@ def phases(overrides: list[str]) -> None:
 
     t_imported = time.perf_counter()
     for cls, name, label in [(pl.Trainer, "fit", "fit"), (pl.Trainer, "test", "test_after_fit"),
-                             (rl.module.PPO, "training_step", "updates"), (rl.rollout.Collector, "collect", "rollouts"),
-                             (rl.module.PPO, "_learn", "optimizer_steps"), (rl.module.PPO, "_log_update", "logging"),
-                             (rl.module.PPO, "_evaluate", "evaluations"), (rl.module.PPO, "on_train_end", "video"),
+                             (zoo.rl.module.PPO, "training_step", "updates"),
+                             (zoo.rl.rollout.Collector, "collect", "rollouts"),
+                             (zoo.rl.module.PPO, "_learn", "optimizer_steps"),
+                             (zoo.rl.module.PPO, "_log_update", "logging"),
+                             (zoo.rl.module.PPO, "_evaluate", "evaluations"),
+                             (zoo.rl.module.PPO, "on_train_end", "video"),
                              # inside the rollouts: the envs' steps, the policy's forward, the normalisers
                              (gym.wrappers.vector.RecordEpisodeStatistics, "step", "rollout_env_step"),
-                             (rl.models.agents.MLPAgent, "act", "rollout_policy_forward"),
-                             (rl.rollout.Collector, "process_obs", "rollout_obs_normalise"),
-                             (rl.normalize.RewardScaler, "__call__", "rollout_reward_scale")]:
+                             (zoo.rl.models.agents.MLPAgent, "act", "rollout_policy_forward"),
+                             (zoo.rl.rollout.Collector, "process_obs", "rollout_obs_normalise"),
+                             (zoo.rl.normalize.RewardScaler, "__call__", "rollout_reward_scale")]:
         timed(cls, name, label)
     from zoo.cli import main as zoo_main
 

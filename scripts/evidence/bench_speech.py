@@ -26,7 +26,7 @@ def main(extra: list[str]) -> None:
     # per step, measured); set OMP_NUM_THREADS=2 on an idle machine.
     env = zoo_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), HF_HUB_OFFLINE="1")
     t0 = time.time()
-    subprocess.run([sys.executable, "-c", "from speech.data import SynthDigitsDataModule as D; D().prepare_data()"],
+    subprocess.run([sys.executable, "-c", "from zoo.speech.data import SynthDigitsDataModule as D; D().prepare_data()"],
                    check=True, env=env, cwd=ROOT)
     gen_s = time.time() - t0
     cmd = [*ZOO, "train", "task=speech/ctc", "trainer.enable_progress_bar=false", *extra]

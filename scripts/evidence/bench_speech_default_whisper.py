@@ -72,7 +72,7 @@ def main() -> None:
         raise SystemExit("bench_speech_default_whisper: --pairs must be at least 1")
     extra = {"scratch": shlex.split(args.scratch), "whisper": shlex.split(args.whisper)}
     env = zoo_env(HF_HUB_OFFLINE="1", **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}))
-    subprocess.run([sys.executable, "-c", "from speech.data import SynthDigitsDataModule as D; D().prepare_data()"],
+    subprocess.run([sys.executable, "-c", "from zoo.speech.data import SynthDigitsDataModule as D; D().prepare_data()"],
                    check=True, env=env, cwd=ROOT)
     rows: list[dict] = []
     for i in range(args.pairs):

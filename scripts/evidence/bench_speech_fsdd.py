@@ -25,7 +25,7 @@ NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 def synth_digit_rows(folder: Path) -> list[dict]:
     """Training rows of a zoo eSpeak corpus (speech/synth.py) whose transcript is digits only: many synthetic
     voices beside FSDD's 3 human ones (multi-condition training)."""
-    from speech.manifest import read_manifest  # resolves the corpus' relative paths
+    from zoo.speech.manifest import read_manifest  # resolves the corpus' relative paths
 
     return [{"audio_filepath": u.path, "text": u.text} for u in read_manifest(str(folder / "train.jsonl"))
             if all(w in NAMES for w in u.text.split())]

@@ -56,8 +56,8 @@ def forward_ms(calls: int = 50, model: dict | None = None) -> tuple[Spread, Spre
     `model`: task.module.model options (the preset's silence before and after the clip is read by the encoder too)."""
     import torch
 
-    from speech.module import CTCRecognizer
-    from speech.vocab import BLANK
+    from zoo.speech.module import CTCRecognizer
+    from zoo.speech.vocab import BLANK
 
     torch.set_num_threads(1)
     model = CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,

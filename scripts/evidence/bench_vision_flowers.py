@@ -80,8 +80,8 @@ def normalisation() -> None:
     from sklearn.datasets import load_sample_images
     from timm.data import ImageNetInfo
 
-    from vision.data import eval_transform
-    from vision.models.packaged import load_packaged, to_timm
+    from zoo.vision.data import eval_transform
+    from zoo.vision.models.packaged import load_packaged, to_timm
 
     info, daisy = ImageNetInfo(), 985
     sd, path = load_packaged("efficientnet_lite0")

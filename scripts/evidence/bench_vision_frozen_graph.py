@@ -20,8 +20,8 @@ from collections.abc import Callable
 import torch
 from common import load1, this_command, write_record  # puts the checkout first on sys.path
 
-from vision import frozen
-from vision.models import create_backbone
+from zoo.vision import frozen
+from zoo.vision.models import create_backbone
 
 
 def timed(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:

@@ -35,10 +35,10 @@ import torch
 import torch.nn.functional as F
 from common import Spread, load1, this_command, write_record
 
-from vision import finetune as ft
 from zoo.core.build import build_callbacks_and_loggers, build_data_and_module, start
 from zoo.core.config import compose, register_resolvers
 from zoo.core.trainer import build_trainer, prepare_module
+from zoo.vision import finetune as ft
 
 
 def config(warmup: int, steps: int, run_dir: str, extra: list[str]) -> Any:

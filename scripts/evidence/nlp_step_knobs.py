@@ -4,7 +4,7 @@ dropout (the encoder's own, 0) and attention (transformers' pick, eager), each a
     python scripts/evidence/nlp_step_knobs.py                          # MiniLM, batch 32 x 32 tokens, 5 rounds
     python scripts/evidence/nlp_step_knobs.py --encoder mpnet --batch 32 --length 32 --rounds 5 --threads 2
 
-One process builds every variant as a run does (nlp.module.SequenceClassifier with the run's dropout and
+One process builds every variant as a run does (zoo.nlp.module.SequenceClassifier with the run's dropout and
 attention), then runs the variants in turn, a round at a time (round i starts at variant i, so no
 variant always runs first): each times --steps steps of forward, backward, clipping at 1.0 and a foreach AdamW
 step (as a zoo run on a CPU builds it) after --warmup untimed ones, and keeps the median step. The table gives each
@@ -29,7 +29,7 @@ VARIANTS = {  # name -> (autocast to bfloat16, dropout override, attention)
 
 def build(encoder: str, dropout: float | None, attention: str):
     """The Hugging Face model inside the task's module, built as a run builds it (in training mode)."""
-    from nlp.module import SequenceClassifier
+    from zoo.nlp.module import SequenceClassifier
 
     return SequenceClassifier(encoder, pretrained=True, label_names=["0", "1"], dropout=dropout,
                               attention=attention).model

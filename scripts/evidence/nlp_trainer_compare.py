@@ -10,10 +10,10 @@ The commands behind docs/results/nlp.md's comparison tables (2 cores; the load i
         --steps 50 --pairs 5 --freeze-layers 8 --threads 2   # the idle machine
     # and the same with --steps 94 (a full epoch of CR)
 
-Both sides get the same encoder folder (nlp.models.hub.resolve), the same rows (nlp.files.read_rows) and token ids
-(nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps, weight decay 0.01
-off biases and LayerNorm), linear schedule with 10% warm-up, gradient clipping at 1.0, `--steps` optimiser steps,
-length-grouped batches padded to their own longest sentence (the zoo's sampler; Trainer's
+Both sides get the same encoder folder (zoo.nlp.models.hub.resolve), the same rows (zoo.nlp.files.read_rows) and
+token ids (zoo.nlp.data.tokenize: no padding, truncated at --max-length), batch size, AdamW (lr, betas, eps,
+weight decay 0.01 off biases and LayerNorm), linear schedule with 10% warm-up, gradient clipping at 1.0, `--steps`
+optimiser steps, length-grouped batches padded to their own longest sentence (the zoo's sampler; Trainer's
 `train_sampling_strategy="group_by_length"` with DataCollatorWithPadding), the same freezing (--freeze-layers), and
 `--threads` torch threads (OMP_NUM_THREADS and torch.set_num_threads). Each side runs in its own process; pair i runs
 the zoo first when i is even and Trainer first when i is odd. Time per step: the zoo's fit time minus its validation
@@ -85,8 +85,8 @@ def zoo_run(a: argparse.Namespace, seed: int) -> dict:
 
 # --- the Trainer side --------------------------------------------------------------------------------------------
 def _features(tokenizer, path: Path, max_length: int) -> list[dict]:
-    from nlp.data import tokenize
-    from nlp.files import read_rows
+    from zoo.nlp.data import tokenize
+    from zoo.nlp.files import read_rows
 
     rows = read_rows(path, text_column=1, label_column=0)
     feats, _ = tokenize(tokenizer, rows, max_length)
@@ -111,8 +111,8 @@ def trainer_worker(a: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
-    from nlp.models import freeze
-    from nlp.models.hub import load_tokenizer, quiet_load, resolve
+    from zoo.nlp.models import freeze
+    from zoo.nlp.models.hub import load_tokenizer, quiet_load, resolve
 
     torch.set_num_threads(a.threads)
     folder = resolve(a.encoder).location

@@ -129,10 +129,10 @@ def parity(env_id: str, seed: int, r: dict, limit: int = 40) -> dict:
     minibatch's loss gradients. Returns the largest absolute differences."""
     import torch
 
-    from rl import ppo
-    from rl.envs import describe_env, prepare_mujoco
-    from rl.models import build_agent
-    from rl.rollout import Collector
+    from zoo.rl import ppo
+    from zoo.rl.envs import describe_env, prepare_mujoco
+    from zoo.rl.models import build_agent
+    from zoo.rl.rollout import Collector
 
     prepare_mujoco()  # MuJoCo's deprecation warnings to the log, not a MUJOCO_LOG.TXT in the working folder
     model, _ = sb3_model(env_id, seed, r)
@@ -206,7 +206,7 @@ def main() -> None:
         return
     torch.set_num_threads(1)  # as the zoo's PPO and SB3's own rl-zoo scripts
     r = recipe(a.env, a.preset)
-    from rl.envs import prepare_mujoco
+    from zoo.rl.envs import prepare_mujoco
 
     prepare_mujoco()  # MuJoCo's deprecation warnings to the log, not a MUJOCO_LOG.TXT in the working folder
     if a.check:

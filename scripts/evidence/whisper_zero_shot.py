@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 from common import SHARED, load1
 
-from speech.audio import load_audio
-from speech.ct2 import read_ct2
-from speech.whisper_weights import ct2_to_zoo, packaged_file, split_qkv
+from zoo.speech.audio import load_audio
+from zoo.speech.ct2 import read_ct2
+from zoo.speech.whisper_weights import ct2_to_zoo, packaged_file, split_qkv
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SOT, NO_TIMESTAMPS, EOT = 50257, 50362, 50256  # tiny.en's special tokens (vocabulary.txt lines 50258, 50363, 50257)
@@ -111,8 +111,8 @@ def candidates(tokenizer_file: Path) -> tuple[list[int], torch.Tensor, torch.Ten
 def packaged_whisper(lead: float = 0.0, tail: float = 0.0) -> torch.nn.Module:
     """The zoo's Whisper model (front end, encoder at the clip's length) on the packaged tiny.en weights, with
     `lead` / `tail` seconds of silence before / after each clip; its CTC head is random and unused."""
-    from speech.module import CTCRecognizer
-    from speech.vocab import BLANK
+    from zoo.speech.module import CTCRecognizer
+    from zoo.speech.vocab import BLANK
 
     return CTCRecognizer(vocab=[BLANK, " ", *"efghinorstuvwxz"], arch="whisper", sample_rate=16000,
                          pretrained="package", model={"silence_lead": lead, "silence_tail": tail}).model.eval()
@@ -220,8 +220,8 @@ def score_manifest(manifest: Path, threads: int = 2) -> dict:
     """tiny.en zero-shot on every file of `manifest`: WER, CER (the zoo's scoring rule), wall seconds, the load."""
     from transformers import WhisperFeatureExtractor
 
-    from speech.manifest import read_manifest
-    from speech.text import cer, wer
+    from zoo.speech.manifest import read_manifest
+    from zoo.speech.text import cer, wer
 
     torch.set_num_threads(threads)
     weights = packaged_file()

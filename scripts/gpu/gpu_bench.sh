@@ -74,10 +74,10 @@ else  # --dry: tiny shapes, 2 steps, on the CPU; nothing compiled (minutes of C+
   CUDAGRAPHS=()
 fi
 WORK=${TMPDIR:-/tmp}/zoo_gpu_bench_work
-SYN_IMG=(task=vision/resnet task.module.pretrained=false task.data._target_=vision.synthetic.SyntheticImageDataModule
+SYN_IMG=(task=vision/resnet task.module.pretrained=false task.data._target_=zoo.vision.synthetic.SyntheticImageDataModule
          task.data.channels=3 "${IMG[@]}")
 SYN_TXT=(task=nlp/bert task.module.pretrained=false "task.module.encoder=$WORK/encoder"
-         task.data._target_=nlp.synthetic.SyntheticTextDataModule "${TXT[@]}")
+         task.data._target_=zoo.nlp.synthetic.SyntheticTextDataModule "${TXT[@]}")
 NLP_DEFAULT=(task=nlp/bert)
 [ -f "$ASSETS/minilm/config.json" ] && NLP_DEFAULT=(task=nlp/bert "task.module.encoder=$ASSETS/minilm" task.module.pretrained=false)
 FLOWERS=(experiment=vision_flowers12 task.module.finetune=full task.module.cache_features=false
@@ -138,7 +138,7 @@ else
 fi
 preflight || { close_report; exit 3; }
 mkdir -p "$WORK"
-"$PY" -c "from nlp.synthetic import write_encoder; write_encoder('$WORK/encoder', '$ENC')" || exit 1
+"$PY" -c "from zoo.nlp.synthetic import write_encoder; write_encoder('$WORK/encoder', '$ENC')" || exit 1
 plan
 rm -rf "$WORK"
 close_report

@@ -49,7 +49,7 @@ def import_domains() -> list[str]:
     """Every domain's conventional modules and the zoo's verbs, imported; problems as lines."""
     problems = []
     names = ["zoo.cli", "zoo.verbs.train", "zoo.verbs.bench.worker"]
-    names += [f"{d}.{p}" for d in DOMAINS for p in PARTS if importlib.util.find_spec(f"{d}.{p}") is not None]
+    names += [f"zoo.{d}.{p}" for d in DOMAINS for p in PARTS if importlib.util.find_spec(f"zoo.{d}.{p}") is not None]
     for name in names:
         try:
             importlib.import_module(name)

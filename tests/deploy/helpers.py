@@ -31,7 +31,7 @@ def save_checkpoint(module: Any, run_dir: Path, task: str, overrides: list[str])
 
 
 def vision_ckpt(root: Path) -> Path:
-    from vision.module import ImageClassifier
+    from zoo.vision.module import ImageClassifier
 
     m = ImageClassifier(arch="resnet10t", num_classes=10, in_chans=1, image_size=16, mean=[0.45], std=[0.22],
                         pretrained=False, class_names=[str(i) for i in range(10)])
@@ -40,15 +40,15 @@ def vision_ckpt(root: Path) -> Path:
 
 
 def nlp_ckpt(root: Path, encoder: str) -> Path:
-    from nlp.data import TextDataModule
-    from nlp.module import SequenceClassifier
+    from zoo.nlp.data import TextDataModule
+    from zoo.nlp.module import SequenceClassifier
 
     m = SequenceClassifier(encoder, **TextDataModule(encoder, builtin_size=64).model_kwargs())
     return save_checkpoint(m, root, "nlp/bert", [f"task.module.encoder={encoder}", "task.data.builtin_size=64"])
 
 
 def rl_ckpt(root: Path, normalize: bool = True) -> Path:
-    from rl.module import PPO
+    from zoo.rl.module import PPO
 
     m = PPO(env={"num_envs": 2, "normalize_obs": normalize}, num_steps=16, num_minibatches=2, total_timesteps=64,
             hidden_sizes=[16, 16])
@@ -64,8 +64,8 @@ def speech_ckpt(root: Path) -> Path:
     import numpy as np
     import soundfile as sf
 
-    from speech.data import ManifestDataModule
-    from speech.module import CTCRecognizer
+    from zoo.speech.data import ManifestDataModule
+    from zoo.speech.module import CTCRecognizer
 
     root.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -87,7 +87,7 @@ def speech_ckpt(root: Path) -> Path:
 
 
 def gan_ckpt(root: Path) -> Path:
-    from gan.module import DCGAN
+    from zoo.gan.module import DCGAN
 
     m = DCGAN(arch="dcgan_small", nz=8, width=8, conditional=True, num_classes=10,
               class_names=[str(i) for i in range(10)], num_fixed=16)

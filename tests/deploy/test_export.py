@@ -106,7 +106,7 @@ def test_errors_are_one_line_and_leave_nothing(vision, tmp_path, capsys, monkeyp
     before = (out / "model.json").read_text()
     assert meta_of(out)["parity"]["torchscript"]["max_abs_diff"] == 0.0
     assert torch.jit.load(str(out / "model.ts"))(torch.randn(3, 1, 16, 16)).shape == (3, 10)
-    from vision import deploy
+    from zoo.vision import deploy
 
     monkeypatch.setattr(deploy, "TOLERANCE", -1.0)
     assert "parity check failed" in fails(capsys, f"ckpt_path={vision}", f"export.out={out}",
@@ -177,8 +177,8 @@ def test_rl_onnx_plays_cartpole_without_torch(tmp_path, capsys):
     played = json.loads(proc.stdout.strip().splitlines()[-1])
     assert played["torch_imported"] is False and played["env"] == "CartPole-v1"
 
-    from rl.evaluate import run_episodes
     from zoo.core.build import load_module
+    from zoo.rl.evaluate import run_episodes
     from zoo.testing import compose
 
     module = load_module(compose(["task=rl/ppo", "task.module.hidden_sizes=[16,16]", "task.env.normalize_obs=true"]),

@@ -105,9 +105,9 @@ def test_server_endpoints_bad_requests_and_sigterm_drain(tmp_path):
 
 
 def test_handlers_reject_bad_requests_with_4xx():
-    from gan.deploy import Handler as GanHandler
-    from rl.deploy import Handler as RLHandler
-    from speech.deploy import Handler as SpeechHandler
+    from zoo.gan.deploy import Handler as GanHandler
+    from zoo.rl.deploy import Handler as RLHandler
+    from zoo.speech.deploy import Handler as SpeechHandler
 
     rl = RLHandler({"env": {"observation_shape": [4], "observation_dtype": "float32",
                             "action_space": {"type": "discrete", "n": 2}}})

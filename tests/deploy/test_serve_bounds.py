@@ -108,7 +108,7 @@ def test_nlp_request_of_10000_texts_runs_in_batches_under_a_memory_bound(tmp_pat
 def test_nlp_handler_charges_texts_and_tokens(tmp_path):
     from nlp_helpers import build_tiny_encoder
 
-    from nlp.deploy import Handler
+    from zoo.nlp.deploy import Handler
 
     enc = build_tiny_encoder(tmp_path / "enc")
     from transformers import AutoTokenizer
@@ -165,10 +165,10 @@ def _flac(seconds: float, rate: int = 8000, channels: int = 1) -> bytes:
 
 
 def test_image_audio_observation_and_generation_handlers_charge_the_request():
-    from gan.deploy import Handler as GanHandler
-    from rl.deploy import Handler as RLHandler
-    from speech.deploy import Handler as SpeechHandler
-    from vision.deploy import Handler as VisionHandler
+    from zoo.gan.deploy import Handler as GanHandler
+    from zoo.rl.deploy import Handler as RLHandler
+    from zoo.speech.deploy import Handler as SpeechHandler
+    from zoo.vision.deploy import Handler as VisionHandler
 
     vision = VisionHandler({"preprocess": {"color_mode": "L", "image_size": 16, "mean": [0.5], "std": [0.2]},
                             "class_names": ["a", "b"]})

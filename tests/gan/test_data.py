@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from gan.data import GANDataModule
 from zoo.errors import ZooError
+from zoo.gan.data import GANDataModule
 
 
 def test_digits_shapes_range_and_split():
@@ -35,7 +35,7 @@ def test_folder_mixed_sizes_and_modes_are_converted_and_reported(tmp_path, caplo
     _img(tmp_path / "cats" / "b.png", (32, 32), "L")
     _img(tmp_path / "dogs" / "c.jpg", (100, 64), "RGB")
     _img(tmp_path / "dogs" / "d.png", (32, 32), "RGBA")
-    with caplog.at_level(logging.WARNING, logger="gan.data"):
+    with caplog.at_level(logging.WARNING, logger="zoo.gan.data"):
         dm = GANDataModule(name="folder", root=str(tmp_path), image_size=32, val_fraction=0.5, batch_size=4)
     assert "converting all to RGB 32x32" in caplog.text and "sizes" in caplog.text
     assert dm.model_kwargs()["class_names"] == ["cats", "dogs"] and dm.channels == 3

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gan.evaluator import builtin_evaluator, cache_path, load_classifier_checkpoint
 from zoo.errors import ZooError
+from zoo.gan.evaluator import builtin_evaluator, cache_path, load_classifier_checkpoint
 
 DIGITS = [str(i) for i in range(10)]
 
@@ -59,7 +59,7 @@ def test_corrupt_classifier_checkpoint_is_one_line(tmp_path):
 
 
 def test_builtin_classifier_is_cached(gan_cache):
-    from gan.data import GANDataModule
+    from zoo.gan.data import GANDataModule
 
     dm = GANDataModule(batch_size=32)
     dm.setup()
@@ -77,14 +77,14 @@ def test_unreadable_cache_entry_is_rebuilt(gan_cache, caplog):
     warning, instead of failing every later run."""
     import logging
 
-    from gan.data import GANDataModule
+    from zoo.gan.data import GANDataModule
 
     dm = GANDataModule(batch_size=32, seed=5)
     dm.setup()
     builtin_evaluator(dm.cache_key(), dm.train_set, 1, 10, max_steps=2)
     entry = cache_path(dm.cache_key(), 10, max_steps=2)
     entry.write_bytes(b"broken")
-    with caplog.at_level(logging.WARNING, logger="gan.evaluator"):
+    with caplog.at_level(logging.WARNING, logger="zoo.gan.evaluator"):
         net = builtin_evaluator(dm.cache_key(), dm.train_set, 1, 10, max_steps=2)
     assert "unreadable" in caplog.text and net(torch.rand(2, 1, 32, 32))[1].shape == (2, 10)
     torch.load(entry, weights_only=True)  # rewritten

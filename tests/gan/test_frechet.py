@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gan.frechet import ClassCounts, FrechetDistance, class_coverage, frechet_distance, frechet_distance_features
+from zoo.gan.frechet import ClassCounts, FrechetDistance, class_coverage, frechet_distance, frechet_distance_features
 
 
 def test_known_answer_diagonal():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gan.losses import d_loss, g_loss, gradient_penalty
+from zoo.gan.losses import d_loss, g_loss, gradient_penalty
 
 
 def test_nonsat_values():

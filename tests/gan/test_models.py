@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from gan.models import build, list_models
-from gan.models.dcgan import Discriminator, Generator
+from zoo.gan.models import build, list_models
+from zoo.gan.models.dcgan import Discriminator, Generator
 
 
 @pytest.mark.parametrize("size", [32, 64])

@@ -8,10 +8,10 @@ import lightning as L
 import pytest
 import torch
 
-from gan.data import GANDataModule
-from gan.evaluator import build_inception
-from gan.module import DCGAN
 from zoo.errors import ZooError
+from zoo.gan.data import GANDataModule
+from zoo.gan.evaluator import build_inception
+from zoo.gan.module import DCGAN
 
 STEPS: list[tuple[str, set[str]]] = []
 MODULE: list[DCGAN] = []

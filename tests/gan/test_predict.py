@@ -7,9 +7,9 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-from gan.module import DCGAN
-from gan.predict import predict, resolve_classes
 from zoo.errors import ZooError
+from zoo.gan.module import DCGAN
+from zoo.gan.predict import predict, resolve_classes
 
 NAMES = [str(i) for i in range(10)]
 

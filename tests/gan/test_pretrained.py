@@ -11,10 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from gan.data import GANDataModule
-from gan.module import DCGAN
 from zoo.core.checkpoint import ZooMetadata
 from zoo.errors import ZooError
+from zoo.gan.data import GANDataModule
+from zoo.gan.module import DCGAN
 from zoo.kit.pretrained import PretrainedReport
 
 TINY = dict(arch="dcgan_small", nz=8, width=8, eval_train_steps=3, ema_decay=0.9,

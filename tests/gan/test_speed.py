@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from gan.data import GANDataModule, resolve_workers
-from gan.module import DCGAN
-from gan.speed import ema_update_
 from zoo.errors import ZooError
+from zoo.gan.data import GANDataModule, resolve_workers
+from zoo.gan.module import DCGAN
+from zoo.gan.speed import ema_update_
 from zoo.testing import compose
 
 CUDA, CPU = torch.device("cuda", 0), torch.device("cpu")

@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gan.data import GANDataModule
-from gan.evaluator import TimmClassifier, load_classifier_checkpoint
-from gan.module import DCGAN
+from zoo.gan.data import GANDataModule
+from zoo.gan.evaluator import TimmClassifier, load_classifier_checkpoint
+from zoo.gan.module import DCGAN
 from zoo.testing import TINY, make_runner, run_dirs
 
 pytestmark = pytest.mark.slow
 DIGITS = [str(i) for i in range(10)]
-# what gan.evaluator reads (docs/architecture.md, "The GAN evaluator's contract with vision checkpoints")
+# what zoo.gan.evaluator reads (docs/architecture.md, "The GAN evaluator's contract with vision checkpoints")
 CONTRACT_HPARAMS = {"arch", "num_classes", "class_names", "in_chans", "image_size", "mean", "std"}
 
 
@@ -34,7 +34,7 @@ def vision_ckpt(tmp_path_factory):
 
 def test_real_vision_checkpoint_holds_what_the_evaluator_reads(vision_ckpt):
     ckpt = torch.load(vision_ckpt, weights_only=True)
-    assert CONTRACT_HPARAMS <= set(ckpt["hyper_parameters"]), "vision hparams changed: update gan.evaluator + docs"
+    assert CONTRACT_HPARAMS <= set(ckpt["hyper_parameters"]), "vision hparams changed: update zoo.gan.evaluator + docs"
     assert any(k.startswith("model.") for k in ckpt["state_dict"]), "vision weights left state_dict 'model.*'"
     assert ckpt["hyper_parameters"]["in_chans"] == 1 and ckpt["hyper_parameters"]["image_size"] == 16
 
@@ -42,7 +42,7 @@ def test_real_vision_checkpoint_holds_what_the_evaluator_reads(vision_ckpt):
 def test_evaluator_gives_the_vision_models_own_logits(vision_ckpt):
     """GAN images (32x32 in [-1, 1]) are mapped to what vision trained on (16x16, its mean/std): the evaluator's
     logits equal the vision module's on the same images prepared the vision way."""
-    from vision.module import ImageClassifier
+    from zoo.vision.module import ImageClassifier
 
     ev = load_classifier_checkpoint(str(vision_ckpt), channels=1, num_classes=10, class_names=DIGITS)
     vis = ImageClassifier.load_from_checkpoint(vision_ckpt, map_location="cpu").eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nlp import builtin
+from zoo.nlp import builtin
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

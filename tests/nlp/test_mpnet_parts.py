@@ -19,9 +19,9 @@ import pytest
 import torch
 from nlp_helpers import vocabulary
 
-from nlp.models import hub, parts
-from nlp.models.hub import resolve
 from zoo.errors import ZooError
+from zoo.nlp.models import hub, parts
+from zoo.nlp.models.hub import resolve
 
 PIECES = 5
 
@@ -114,7 +114,7 @@ def test_alias_finds_joins_and_unpacks_the_parts_once(tmp_path, built, cache, mo
     assert resolve("sentence-transformers/all-mpnet-base-v2").location == str(got)  # the hub id maps the same
     assert (got / "model.safetensors").stat().st_mtime_ns == stamp  # checked, not unpacked again
 
-    from nlp.module import SequenceClassifier
+    from zoo.nlp.module import SequenceClassifier
 
     model = SequenceClassifier("mpnet", pretrained=True, label_names=["neg", "pos"]).eval()
     enc = model.tokenizer(["i love the movie"], return_tensors="pt")

@@ -24,8 +24,8 @@ def transformers_lines() -> Iterator[list[str]]:
 def test_loading_an_encoder_prints_no_transformers_report_or_bars(tiny_encoder, transformers_lines, capsys):
     """The tiny encoder has no classifier: transformers would print its LOAD REPORT (`classifier.bias | MISSING`)
     and a "Loading weights" bar; the zoo's report (from the same loading info) names those tensors instead."""
-    from nlp.models.hub import load_classifier, load_config
-    from nlp.pretrained import info_report
+    from zoo.nlp.models.hub import load_classifier, load_config
+    from zoo.nlp.pretrained import info_report
 
     config = load_config(tiny_encoder, True, num_labels=2)
     capsys.readouterr()
@@ -39,7 +39,7 @@ def test_loading_an_encoder_prints_no_transformers_report_or_bars(tiny_encoder, 
 def test_other_transformers_warnings_and_the_bars_setting_survive(transformers_lines):
     from transformers.utils import logging as hf_logging
 
-    from nlp.models.hub import quiet_load
+    from zoo.nlp.models.hub import quiet_load
 
     logger = hf_logging.get_logger("transformers.modeling_utils")
     before = hf_logging.is_progress_bar_enabled()
@@ -55,7 +55,7 @@ def test_other_transformers_warnings_and_the_bars_setting_survive(transformers_l
 def test_a_hub_download_keeps_its_bars():
     from transformers.utils import logging as hf_logging
 
-    from nlp.models.hub import quiet_load
+    from zoo.nlp.models.hub import quiet_load
 
     before = hf_logging.is_progress_bar_enabled()
     with quiet_load(local=False):

@@ -8,11 +8,11 @@ import pytest
 import torch
 from nlp_helpers import keyword_rows, write_tsv
 
-from nlp import builtin
-from nlp.data import TextDataModule, tokenize
-from nlp.files import read_rows
-from nlp.sampler import LengthGroupedSampler, pad_batch
 from zoo.errors import ZooError
+from zoo.nlp import builtin
+from zoo.nlp.data import TextDataModule, tokenize
+from zoo.nlp.files import read_rows
+from zoo.nlp.sampler import LengthGroupedSampler, pad_batch
 
 
 def test_readers_csv_header_tsv_no_header_jsonl(tmp_path):
@@ -213,7 +213,7 @@ def test_non_utf8_file_is_one_line_with_line_and_offset(tmp_path, name, content)
 def test_predict_reads_standard_input_with_dash(monkeypatch):
     import io
 
-    from nlp.predict import read_inputs
+    from zoo.nlp.predict import read_inputs
 
     stdin = io.TextIOWrapper(io.BytesIO(b"first text, with commas\n\nsecond\tits pair\n"), encoding="utf-8")
     monkeypatch.setattr("sys.stdin", stdin)

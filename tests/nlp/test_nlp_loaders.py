@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from nlp.data import TextDataModule
+from zoo.nlp.data import TextDataModule
 
 
 def on(device: str) -> SimpleNamespace:

@@ -9,13 +9,13 @@ from functools import partial
 import pytest
 import torch
 
-from nlp.data import TextDataModule
-from nlp.models import layer_id, param_groups, resolve
-from nlp.models.hub import with_dropout
-from nlp.module import SequenceClassifier
-from nlp.predict import predict, read_inputs
 from zoo.errors import ZooError
 from zoo.kit.optim import warmup_schedule
+from zoo.nlp.data import TextDataModule
+from zoo.nlp.models import layer_id, param_groups, resolve
+from zoo.nlp.models.hub import with_dropout
+from zoo.nlp.module import SequenceClassifier
+from zoo.nlp.predict import predict, read_inputs
 
 
 def make(encoder: str, **kw) -> SequenceClassifier:
@@ -170,8 +170,8 @@ def test_checkpoint_and_hf_export_round_trip_offline(tmp_path, tiny_encoder, key
 
 
 def test_hf_folder_replaces_only_its_own_files(tmp_path):
-    from nlp.hf_folder import place
     from zoo.core import owned
+    from zoo.nlp.hf_folder import place
 
     def staged(text):
         new = owned.temp_dir(tmp_path, ".hf_model.")

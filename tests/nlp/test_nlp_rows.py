@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from nlp.data import TextDataModule
-from nlp.files import read_rows
 from zoo.errors import ZooError
+from zoo.nlp.data import TextDataModule
+from zoo.nlp.files import read_rows
 
 
 def test_a_word_header_above_word_labels_is_refused(tmp_path):
@@ -34,7 +34,7 @@ def test_a_csv_row_with_more_fields_keeps_its_text_once_said(tmp_path, caplog):
     the line is the text, said once for the file."""
     path = tmp_path / "c.csv"
     path.write_text("label,text\n1,\"quoted, fine\"\n1,a gorgeous, witty movie 23\n0,dull\n0,flat, grey, long\n")
-    with caplog.at_level(logging.WARNING, logger="nlp.files"):
+    with caplog.at_level(logging.WARNING, logger="zoo.nlp.files"):
         rows = read_rows(path, header=True, text_column="text", label_column="label")
     assert [r["text"] for r in rows] == ["quoted, fine", "a gorgeous, witty movie 23", "dull", "flat, grey, long"]
     warned = [r.getMessage() for r in caplog.records if "more fields" in r.getMessage()]

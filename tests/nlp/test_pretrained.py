@@ -10,10 +10,10 @@ import pytest
 import torch
 from nlp_helpers import build_tiny_encoder
 
-from nlp.hf_folder import export_hf
-from nlp.module import SequenceClassifier
 from zoo.errors import ZooError
 from zoo.kit.pretrained import PretrainedReport
+from zoo.nlp.hf_folder import export_hf
+from zoo.nlp.module import SequenceClassifier
 
 
 def save(m: SequenceClassifier, path: Path, task: str = "nlp/bert") -> str:

@@ -115,7 +115,7 @@ def test_pendulum_continuous_with_normalisation(run_zoo, tmp_path: Path) -> None
     assert norm["obs_rms"]["count"] > 1000 and norm["obs_rms"]["mean"].shape == (3,)
     assert "reward_rms" in norm
     # Reloaded for evaluation, the agent normalises with the saved statistics.
-    from rl.module import PPO
+    from zoo.rl.module import PPO
 
     m = PPO.load_from_checkpoint(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert torch.equal(m.collector.obs_rms.mean, norm["obs_rms"]["mean"])

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl.envs import check_env_id, space_spec
-from rl.evaluate import run_episodes
-from rl.module import ENV_DEFAULTS, PPO
 from zoo.errors import ZooError
+from zoo.rl.envs import check_env_id, space_spec
+from zoo.rl.evaluate import run_episodes
+from zoo.rl.module import ENV_DEFAULTS, PPO
 
 
 class MultiDiscreteEnv(gym.Env):
@@ -143,7 +143,7 @@ def test_training_a_module_without_optimizer_is_the_shared_error() -> None:
 
 
 def test_record_episode_renders_every_nth_step() -> None:
-    from rl.evaluate import record_episode
+    from zoo.rl.evaluate import record_episode
 
     def left(obs: np.ndarray) -> np.ndarray:  # pushing left ends CartPole in ~10 steps
         return np.zeros(len(obs), dtype=np.int64)
@@ -198,7 +198,7 @@ def test_truncation_bootstrap_normalises_the_final_obs_as_vecnormalize() -> None
     batch = m.collector.collect(ValueIsObsSum(), steps)
     m.collector.close()
     # The same stream by hand: one env, same seed, zero actions; statistics updated with every observation.
-    from rl.normalize import RunningMeanStd
+    from zoo.rl.normalize import RunningMeanStd
 
     env, rms = gym.make("Pendulum-v1", max_episode_steps=steps), RunningMeanStd((3,))
     obs, _ = env.reset(seed=4)
@@ -216,7 +216,7 @@ def test_update_statistics_average_the_minibatches_as_sb3(tmp_path, monkeypatch)
     import lightning.pytorch as pl
     from lightning.pytorch.loggers import CSVLogger
 
-    from rl import ppo
+    from zoo.rl import ppo
 
     calls = iter(range(1, 1000))
     real = ppo.policy_loss

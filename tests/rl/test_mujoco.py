@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl.module import PPO
 from zoo.base import instantiate
 from zoo.errors import ZooError
+from zoo.rl.module import PPO
 from zoo.testing import ROOT, compose
 
 pytest.importorskip("mujoco")
@@ -190,14 +190,14 @@ def python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_missing_simulator_is_the_install_line() -> None:
     p = python("import sys; sys.modules['mujoco'] = None\n"  # as if the simulator were not installed
-               "from zoo.errors import ZooError\nfrom rl.envs import describe_env\n"
+               "from zoo.errors import ZooError\nfrom zoo.rl.envs import describe_env\n"
                "try:\n    describe_env('Hopper-v5')\nexcept ZooError as e:\n    print(e)")
     assert p.stdout.strip() == "Hopper-v5 needs the MuJoCo simulator, which is not installed: " \
                                "pip install 'mujoco>=3.1,<4'", p.stderr[-2000:]
 
 
 RECORD = ("import logging; logging.basicConfig(level=logging.WARNING, format='%(message)s')\n"
-          "import numpy as np\nfrom rl.evaluate import record_episode\n"
+          "import numpy as np\nfrom zoo.rl.evaluate import record_episode\n"
           "frames, ret = record_episode(lambda o: np.zeros((len(o), 3)), 'Hopper-v5', 0, max_frames=5)\n"
           "print('FRAMES', None if frames is None else (frames.shape, int(np.ptp(frames))))")
 
@@ -223,7 +223,7 @@ def test_video_renders_off_screen_where_egl_loads() -> None:
 
 
 def test_mujoco_warnings_go_to_the_log_not_a_file_in_the_working_folder(tmp_path: Path, monkeypatch) -> None:
-    from rl.envs import make_single
+    from zoo.rl.envs import make_single
 
     monkeypatch.chdir(tmp_path)
     make_single("HalfCheetah-v5").close()  # gymnasium's model uses an attribute MuJoCo 3.x warns about

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from rl import ppo
-from rl.models import build_agent
-from rl.normalize import RewardScaler, RunningMeanStd, sync_running_stats
+from zoo.rl import ppo
+from zoo.rl.models import build_agent
+from zoo.rl.normalize import RewardScaler, RunningMeanStd, sync_running_stats
 
 
 def test_gae_hand_computed_with_episode_boundary() -> None:
@@ -120,7 +120,7 @@ def test_agent_sampling_log_prob_matches_distribution(action: dict) -> None:
 def test_closed_form_log_prob_and_entropy_match_torch_distributions(action: dict) -> None:
     from torch.distributions import Categorical, Normal
 
-    from rl.models.agents import PolicyHead
+    from zoo.rl.models.agents import PolicyHead
 
     torch.manual_seed(0)
     head = PolicyHead(action)

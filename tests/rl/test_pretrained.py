@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl.module import PPO
 from zoo.errors import ZooError
 from zoo.kit.pretrained import PretrainedReport
+from zoo.rl.module import PPO
 
 
 def module(env_id: str, **kw) -> PPO:  # noqa: ANN003

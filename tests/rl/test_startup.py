@@ -50,7 +50,7 @@ def test_the_ppo_task_declares_the_lean_imports() -> None:
 
 
 def test_freeze_imports_once_per_process() -> None:
-    from rl.module import freeze_imports
+    from zoo.rl.module import freeze_imports
 
     try:
         freeze_imports()

@@ -59,7 +59,7 @@ def test_predict_refuses_a_video_name_it_cannot_write_before_playing_any_episode
     import pytest
     from omegaconf import OmegaConf
 
-    import rl.predict as rl_predict
+    import zoo.rl.predict as rl_predict
     from zoo.errors import ZooError
 
     monkeypatch.setattr(rl_predict, "run_episodes", lambda *a, **k: pytest.fail("episodes played"))
@@ -81,7 +81,7 @@ def test_predict_refuses_a_video_name_it_cannot_write_before_playing_any_episode
 def test_a_video_is_written_whole_under_its_name_or_not_at_all(tmp_path: Path, monkeypatch):
     import pytest
 
-    from rl.evaluate import save_video
+    from zoo.rl.evaluate import save_video
 
     frames = moving_square(4, 16, 16).numpy()
     assert save_video(frames, str(tmp_path / "a.gif")) == str(tmp_path / "a.gif")
@@ -98,9 +98,9 @@ def test_glfw_warnings_go_to_the_log_not_the_console(caplog, recwarn):
     import logging
     import warnings
 
-    from rl.evaluate import quiet_gl
+    from zoo.rl.evaluate import quiet_gl
 
-    with caplog.at_level(logging.DEBUG, logger="rl.evaluate"), quiet_gl():
+    with caplog.at_level(logging.DEBUG, logger="zoo.rl.evaluate"), quiet_gl():
         warnings.warn_explicit("(65550) b'X11: The DISPLAY environment variable is missing'", UserWarning,
                                "/site-packages/glfw/__init__.py", 917, module="glfw")
     assert not [w for w in recwarn if "DISPLAY" in str(w.message)]

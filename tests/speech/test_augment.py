@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from speech.augment import (
+from zoo.speech.augment import (
     VoiceAugment,
     WaveAugment,
     add_noise,
@@ -17,7 +17,7 @@ from speech.augment import (
     synthetic_rir,
     vtlp_warp,
 )
-from speech.features import LogMel
+from zoo.speech.features import LogMel
 
 RATE = 8000
 

@@ -8,8 +8,8 @@ import struct
 import pytest
 import torch
 
-from speech.ct2 import read_ct2, write_ct2
 from zoo.errors import ZooError
+from zoo.speech.ct2 import read_ct2, write_ct2
 
 
 def test_round_trip_header_variables_aliases_and_half_to_float(tmp_path):

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK
 from zoo.core.resume import resumed_checkpoint, resumed_from
 from zoo.errors import ZooError
 from zoo.kit.pretrained import PretrainedReport
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK
 
 SMALL = dict(arch="bilstm_small", sample_rate=8000, n_mels=16, model={"hidden": 16, "layers": 1})
 

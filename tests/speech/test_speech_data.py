@@ -10,13 +10,13 @@ import pytest
 import soundfile as sf
 import torch
 
-from speech.audio import load_audio
-from speech.data import ManifestDataModule
-from speech.manifest import read_manifest
-from speech.module import CTCRecognizer
-from speech.pretrained import load_init_weights
-from speech.vocab import BLANK, Vocab
 from zoo.errors import ZooError
+from zoo.speech.audio import load_audio
+from zoo.speech.data import ManifestDataModule
+from zoo.speech.manifest import read_manifest
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.pretrained import load_init_weights
+from zoo.speech.vocab import BLANK, Vocab
 
 
 def burst(path, freq: float = 440.0, seconds: float = 0.5, rate: int = 8000) -> str:
@@ -108,8 +108,8 @@ def test_finetune_keeps_old_rows_and_appends_new_characters(tmp_path):
 
 
 def test_speed_perturbation_changes_length_in_training_only(tmp_path):
-    from speech.data import SpeechDataset
-    from speech.manifest import Utterance
+    from zoo.speech.data import SpeechDataset
+    from zoo.speech.manifest import Utterance
 
     rows = [Utterance(burst(tmp_path / "a.wav", seconds=0.5), 0.5, "one")]
     assert SpeechDataset(rows, 8000)[0][0].shape == (4000,)
@@ -121,7 +121,7 @@ def test_speed_perturbation_changes_length_in_training_only(tmp_path):
 def test_corrupt_checkpoint_for_init_or_vocab_is_one_line(tmp_path, content):
     """init_from / base_vocab_from read checkpoints themselves: a corrupt or missing file is one error line naming
     the option and the file, not a torch.load traceback."""
-    from speech.data import checkpoint_vocab
+    from zoo.speech.data import checkpoint_vocab
 
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(content)

@@ -10,8 +10,8 @@ from unittest.mock import PropertyMock, patch
 import torch
 from omegaconf import OmegaConf
 
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK
 from zoo.testing import compose
 
 DEFAULT = "task=speech/ctc"
@@ -66,8 +66,8 @@ def test_default_module_freezes_then_trains_the_encoder():
 def test_switching_only_the_arch_says_where_the_scratch_recipe_is():
     import pytest
 
-    from speech.models import build_model
     from zoo.errors import ZooError
+    from zoo.speech.models import build_model
 
     model = compose([DEFAULT, "task.module.arch=bilstm_small"]).task.module.model
     with pytest.raises(ZooError, match=r"arch=bilstm_small takes no rnn_head .*experiment=speech_synth_scratch"):

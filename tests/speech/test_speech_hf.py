@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from speech.models import list_models
-from speech.models.hf import layer_id, param_groups, write_tiny_encoder
-from speech.module import CTCRecognizer
 from zoo.core.resume import resumed_from
 from zoo.errors import ZooError
+from zoo.speech.models import list_models
+from zoo.speech.models.hf import layer_id, param_groups, write_tiny_encoder
+from zoo.speech.module import CTCRecognizer
 from zoo.testing import TINY, run_dirs
 
 TOKENS = ["<blank>", " ", "e", "n", "o", "t", "w"]

@@ -12,11 +12,11 @@ import pytest
 import soundfile as sf
 import torch
 
-from speech.decoding import BeamDecoder
-from speech.fsdd import NAMES, FSDDDataModule
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK
 from zoo.errors import ZooError
+from zoo.speech.decoding import BeamDecoder
+from zoo.speech.fsdd import NAMES, FSDDDataModule
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK
 
 DIGITS = " ".join(NAMES)
 
@@ -98,7 +98,7 @@ def test_mix_synth_adds_only_utterances_with_known_words(fsdd, tmp_path, ratio, 
 
 def test_mix_synth_in_a_manifest_run(tmp_path):
     """The same option on the user's own manifests: words of their transcripts decide what is mixed in."""
-    from speech.data import ManifestDataModule
+    from zoo.speech.data import ManifestDataModule
 
     corpus = _synth_corpus(tmp_path / "synth")
     _wav(tmp_path / "a.wav", 440)
@@ -142,7 +142,7 @@ def test_lexicon_as_a_list_of_words_and_exact_match_accuracy():
 
 def test_an_espeak_corpus_for_real_speech_draws_on_every_voice(tmp_path):
     """voices=all: the training split goes on into the variants the default corpus keeps for its val/test."""
-    from speech.synth import TRAIN_VARIANTS, VAL_VARIANTS, generate, mix_corpus
+    from zoo.speech.synth import TRAIN_VARIANTS, VAL_VARIANTS, generate, mix_corpus
 
     folder = generate(tmp_path, 8000, num_train=len(TRAIN_VARIANTS) + 2, num_val=0, num_test=0, max_words=1,
                       voices="all")

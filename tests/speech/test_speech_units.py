@@ -8,14 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from speech.data import BucketBatchSampler, Collate
-from speech.decoding import BeamDecoder, WordDecoder, greedy_decode, greedy_ids
-from speech.features import LogMel, SpecAugment
-from speech.models import build_model
-from speech.models.subsample import Conv2dSubsample
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK, Vocab, normalize_text
 from zoo.errors import ZooError
+from zoo.speech.data import BucketBatchSampler, Collate
+from zoo.speech.decoding import BeamDecoder, WordDecoder, greedy_decode, greedy_ids
+from zoo.speech.features import LogMel, SpecAugment
+from zoo.speech.models import build_model
+from zoo.speech.models.subsample import Conv2dSubsample
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK, Vocab, normalize_text
 
 TOKENS = [BLANK, " ", "a", "b", "c"]
 
@@ -177,7 +177,7 @@ def test_predict_decoder_words_keeps_the_checkpoints_lexicon(tmp_path):
     import soundfile as sf
     from omegaconf import OmegaConf
 
-    from speech.predict import predict
+    from zoo.speech.predict import predict
 
     for i in range(3):
         sf.write(tmp_path / f"{i}.wav", torch.randn(4000).numpy() * 0.1, 8000)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from speech.ct2 import write_ct2
-from speech.models.whisper import WhisperCTC
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK
-from speech.whisper_frontend import WhisperLogMel
-from speech.whisper_weights import packaged_file, read_source
 from zoo.errors import ZooError
+from zoo.speech.ct2 import write_ct2
+from zoo.speech.models.whisper import WhisperCTC
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK
+from zoo.speech.whisper_frontend import WhisperLogMel
+from zoo.speech.whisper_weights import packaged_file, read_source
 
 TINY = {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64}
 VOCAB = [BLANK, " ", "a", "b", "c"]
@@ -181,7 +181,7 @@ def test_whisper_limit_counts_the_added_silence_and_names_the_files_own_duration
     import soundfile as sf
     from omegaconf import OmegaConf
 
-    from speech.predict import predict
+    from zoo.speech.predict import predict
 
     model = {**TINY, "silence_lead": 0.2, "silence_tail": 0.4}
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=model, pretrained=False).eval()
@@ -203,8 +203,8 @@ def test_serving_an_export_that_recorded_30s_finds_the_limit_its_graph_takes():
 
     import soundfile as sf
 
-    from speech import deploy
     from zoo.kit.deploy import BadRequest
+    from zoo.speech import deploy
 
     model = {**TINY, "silence_lead": 0.2, "silence_tail": 0.4}
     m = CTCRecognizer(vocab=VOCAB, arch="whisper", sample_rate=16000, model=model, pretrained=False).eval()

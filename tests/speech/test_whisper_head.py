@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speech.models.whisper import WhisperCTC
-from speech.module import CTCRecognizer
-from speech.vocab import BLANK
 from zoo.errors import ZooError
+from zoo.speech.models.whisper import WhisperCTC
+from zoo.speech.module import CTCRecognizer
+from zoo.speech.vocab import BLANK
 
 TINY = {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64}
 VOCAB = [BLANK, " ", "a", "b", "c"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from vision.module import ImageClassifier
 from zoo.core.trainer import prepare_module
+from zoo.vision.module import ImageClassifier
 
 
 def test_channels_last_applies_to_the_weights_and_the_input_batch():

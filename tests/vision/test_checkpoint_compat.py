@@ -1,5 +1,5 @@
 """Checkpoints written before ImageClassifier and CachedHeadClassifier were split (vision/module.py,
-vision/cached_head.py) name `vision.module.ImageClassifier` with all 22 hyper-parameters of that one class: they
+vision/cached_head.py) name `zoo.vision.module.ImageClassifier` with all 22 hyper-parameters of that one class: they
 still load (the cached-head ones as a CachedHeadClassifier, their flip-TTA choice kept), test and predict, with the
 logits their weights give."""
 
@@ -14,10 +14,10 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
-from vision.cached_head import CachedHeadClassifier
-from vision.module import ImageClassifier
-from vision.predict import predict
 from zoo.core.build import load_module
+from zoo.vision.cached_head import CachedHeadClassifier
+from zoo.vision.module import ImageClassifier
+from zoo.vision.predict import predict
 
 ARCH, SIZE, MEAN, STD = "resnet10t", 16, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -38,7 +38,7 @@ def old_checkpoint(path: Path, hparams: dict, tta_flip: bool) -> Path:
     the zoo record naming the class path."""
     torch.manual_seed(0)
     net = timm.create_model(ARCH, num_classes=2, in_chans=3)
-    config = {"task": {"name": "vision/resnet", "module": {"_target_": "vision.module.ImageClassifier"}}}
+    config = {"task": {"name": "vision/resnet", "module": {"_target_": "zoo.vision.module.ImageClassifier"}}}
     torch.save({"epoch": 2, "global_step": 6, "pytorch-lightning_version": pl.__version__,
                 "state_dict": {f"model.{k}": v for k, v in net.state_dict().items()},
                 "hparams_name": "kwargs", "hyper_parameters": dict(hparams),

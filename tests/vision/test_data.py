@@ -35,7 +35,7 @@ def test_two_corrupt_images_fail_before_the_first_step_in_one_line(run_zoo, tmp_
 
 
 def test_the_check_can_be_switched_off_for_huge_folders(tmp_path):
-    from vision.data import ImageDataModule
+    from zoo.vision.data import ImageDataModule
 
     root = tmp_path / "images"
     image_folder(root, per_class=1)
@@ -47,8 +47,8 @@ def test_the_check_can_be_switched_off_for_huge_folders(tmp_path):
 def test_a_truncated_jpeg_is_named_before_training_though_its_header_verifies(tmp_path):
     """PIL's verify() passes a JPEG cut short (it reads headers); the check decodes, so the photo is named at the
     start instead of stopping an epoch half-way."""
-    from vision.data import ImageDataModule
     from zoo.errors import ZooError
+    from zoo.vision.data import ImageDataModule
 
     root = tmp_path / "images"
     image_folder(root)

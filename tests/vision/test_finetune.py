@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from vision.module import ImageClassifier
 from zoo.errors import ZooError
 from zoo.kit.optim import warmup_schedule
+from zoo.vision.module import ImageClassifier
 
 ARCH = "resnet10t"  # a tiny timm ResNet: same code paths as resnet18, a fraction of the time
 
@@ -155,7 +155,7 @@ def test_bf16_on_cpu_below_32_px_warns(caplog):
     train, _ = loaders()
     trainer = pl.Trainer(accelerator="cpu", precision="bf16-mixed", max_steps=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    with caplog.at_level("WARNING", logger="vision.module"):
+    with caplog.at_level("WARNING", logger="zoo.vision.module"):
         trainer.fit(module, train)
     assert any("image_size>=32" in r.getMessage() for r in caplog.records)
 
@@ -235,7 +235,7 @@ def test_groups_are_the_same_when_fsdp_wraps_layers():
     the backbone and the no-decay parameters are still found by their names from before wrapping."""
     from torch import nn
 
-    from vision import finetune as ft
+    from zoo.vision import finetune as ft
 
     class Wrapped(nn.Module):
         def __init__(self, inner: nn.Module) -> None:

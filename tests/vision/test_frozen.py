@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from vision import frozen
-from vision.module import ImageClassifier
+from zoo.vision import frozen
+from zoo.vision.module import ImageClassifier
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/vision/conftest.py
 

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from vision import headfit as hf
-from vision.finetune import PhaseLog
-from vision.module import ImageClassifier
 from zoo.errors import ZooError
 from zoo.kit.optim import warmup_schedule
+from zoo.vision import headfit as hf
+from zoo.vision.finetune import PhaseLog
+from zoo.vision.module import ImageClassifier
 
 ARCH = "resnet10t"
 
@@ -265,7 +265,7 @@ def test_the_checkpoint_kept_matches_the_line_and_carries_the_tta_choice(tmp_pat
 def test_cache_augmented_keeps_augmentation_and_every_photo_in_every_epoch(tmp_path):
     from PIL import Image
 
-    from vision.data import ImageDataModule
+    from zoo.vision.data import ImageDataModule
 
     for split in ("train", "val"):
         for c in ("a", "b"):

@@ -41,7 +41,7 @@ def test_a_phone_photo_is_read_upright(tmp_path):
 
 
 def test_an_empty_class_folder_is_refused(tmp_path):
-    from vision.data import _folder_classes
+    from zoo.vision.data import _folder_classes
 
     for name in ("ants", "bees"):
         (tmp_path / "train" / name).mkdir(parents=True)
@@ -62,7 +62,7 @@ def huge_png(path: Path, w: int = 20000, h: int = 20000) -> None:
 
 
 def test_a_picture_too_large_to_decode_is_one_line(tmp_path):
-    from vision.data import load_image
+    from zoo.vision.data import load_image
 
     huge_png(tmp_path / "big.png")
     with pytest.raises(ZooError, match="too large to decode"):
@@ -71,7 +71,7 @@ def test_a_picture_too_large_to_decode_is_one_line(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
 def test_a_device_or_fifo_as_input_is_not_a_regular_file(tmp_path):
-    from vision.predict import image_files
+    from zoo.vision.predict import image_files
 
     os.mkfifo(tmp_path / "fifo")
     for target in ("/dev/zero", str(tmp_path / "fifo")):
@@ -81,7 +81,7 @@ def test_a_device_or_fifo_as_input_is_not_a_regular_file(tmp_path):
 
 @pytest.mark.parametrize("value", [-3, 0, "x", True])
 def test_top_k_below_one_is_one_line(value):
-    from vision.predict import positive
+    from zoo.vision.predict import positive
 
     with pytest.raises(ZooError, match=r"predict.top_k=.* must be a whole number of at least 1"):
         positive(OmegaConf.create({"top_k": value}), "top_k", 5)
@@ -106,5 +106,5 @@ def test_every_task_declares_its_predict_keys():
     import importlib
 
     for package in ("vision", "nlp", "gan", "rl", "speech"):
-        keys = importlib.import_module(f"{package}.predict").PREDICT_KEYS
+        keys = importlib.import_module(f"zoo.{package}.predict").PREDICT_KEYS
         assert keys and all(isinstance(k, str) for k in keys), package

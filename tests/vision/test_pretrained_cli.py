@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vision.models.packaged import packaged_file
 from zoo.testing import TINY, run_dirs
+from zoo.vision.models.packaged import packaged_file
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(packaged_file("efficientnet_lite0") is None,

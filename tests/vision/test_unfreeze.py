@@ -11,9 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from vision import finetune as ft
-from vision.module import ImageClassifier
 from zoo.kit.optim import warmup_schedule
+from zoo.vision import finetune as ft
+from zoo.vision.module import ImageClassifier
 
 ARCH = "resnet10t"
 
@@ -154,7 +154,7 @@ def test_gradual_with_cached_features_caches_while_frozen_then_trains_the_whole_
 def test_a_test_on_the_validation_images_says_so(tmp_path, capsys):
     from PIL import Image
 
-    from vision.data import ImageDataModule
+    from zoo.vision.data import ImageDataModule
 
     for split in ("train", "val"):
         for c in ("a", "b"):

@@ -10,10 +10,10 @@ from pathlib import Path
 import timm
 from torch import nn
 
-from vision.models.packaged import is_efficientnet_pytorch, load_packaged, packaged_file, packaged_for, to_timm
-from vision.pretrained import head_prefixes, load_state_dict, load_weights_file
 from zoo.errors import ZooError
 from zoo.kit.hub import hub_online
+from zoo.vision.models.packaged import is_efficientnet_pytorch, load_packaged, packaged_file, packaged_for, to_timm
+from zoo.vision.pretrained import head_prefixes, load_state_dict, load_weights_file
 
 __all__ = ["create_backbone", "head_prefixes", "list_models", "norm_config", "weights_source"]
 
@@ -109,7 +109,7 @@ def _file_norm(path: Path, arch: str) -> tuple | None:
     """A zoo .ckpt keeps training on the inputs it was trained on; a copy of a packaged file gets the package's."""
     if not path.is_file():
         return None  # create_backbone names the missing file
-    from vision.pretrained import read_checkpoint_hparams, read_state_dict
+    from zoo.vision.pretrained import read_checkpoint_hparams, read_state_dict
 
     hp = read_checkpoint_hparams(path, arch)
     if hp is not None:

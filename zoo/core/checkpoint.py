@@ -185,7 +185,10 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise ZooError(f"{p} is not a Lightning checkpoint (no state_dict); for raw weights use "
                        "the task's `pretrained=<file>` option instead")
-    return ckpt
+    from zoo.core.aliases import rewrite_checkpoint
+
+    # a checkpoint written while the domains were top-level packages names them so: read under today's names
+    return rewrite_checkpoint(ckpt)
 
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the number torch.save's pre-1.6 format pickles first

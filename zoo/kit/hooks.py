@@ -89,14 +89,16 @@ class TaskHooks:
 
 
 def package_of(task: Any) -> str:
-    """The task's package: `task.package`, else the top-level package of the module's `_target_`."""
+    """The task's package: `task.package`, else the package of the module's `_target_`: `zoo.<domain>` for the
+    zoo's own tasks, the top-level package for a task of the user's (tests/toy_task)."""
     package = _get(task, "package")
     if package:
         return str(package)
     target = str(_get(_get(task, "module") or {}, "_target_") or "")
     if not target:
         raise ZooError(f"task {_get(task, 'name')} has neither task.package nor task.module._target_")
-    return target.split(".")[0]
+    parts = target.split(".")
+    return ".".join(parts[:2]) if parts[0] == "zoo" and len(parts) > 2 else parts[0]
 
 
 def find_hooks(task: Any = None, *, package: str | None = None, name: str | None = None,

@@ -1,6 +1,6 @@
 """`python -m zoo export`: a checkpoint -> ONNX / TorchScript / ExportedProgram + model.json, parity-checked.
 
-The verb knows no domain. The task's config names a deploy module (`task.deploy: vision.deploy`) that provides:
+The verb knows no domain. The task's config names a deploy module (`task.deploy: zoo.vision.deploy`) that provides:
 
     FORMATS                                   formats the task exports, e.g. ("onnx", "torchscript")
     EXPORTER                                  "dynamo" or "torchscript": how torch.onnx.export runs for it

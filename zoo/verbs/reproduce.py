@@ -153,7 +153,9 @@ def _run_config(run: Path) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("task"), dict) or \
             not isinstance(config["task"].get("name"), str):
         raise ZooError(f"{path} holds no run config (config.task.name); {BROKEN}")
-    return loaded
+    from zoo.core.aliases import rewrite_run_record
+
+    return rewrite_run_record(loaded)  # an older run names the domains as top-level packages
 
 
 def _run_env(run: Path) -> dict | None:

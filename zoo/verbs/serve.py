@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.core.aliases import export_package, rewrite_export
 from zoo.core.overrides import override_value
 from zoo.core.resume import checkpoint_argument
 from zoo.core.trust import OPT_IN
@@ -110,7 +111,7 @@ def from_export(folder: Path, backend: str | None, threads: int | None,
     from zoo.core import trust
     from zoo.verbs.export import FILES, Runner
 
-    meta = read_manifest(folder)
+    meta = rewrite_export(read_manifest(folder))  # an older export names the domains as top-level packages
     fmt = meta["format"]
     if fmt not in FILES:
         raise ZooError(f"{folder} holds a {fmt} export, which zoo serve does not run; serve the checkpoint itself "
@@ -120,7 +121,7 @@ def from_export(folder: Path, backend: str | None, threads: int | None,
         raise ZooError(f"{folder} holds a {fmt} export, which runs on {wanted}, not serve.backend={backend}; export "
                        f"the other format, or serve the checkpoint itself for serve.backend=torch")
     # model.json names the task's package (older exports only the task: its domain is the package)
-    package = meta.get("package") or meta["task"].split("/")[0]
+    package = export_package(meta)
     named = {"deploy": meta["deploy_hooks"]} if meta.get("deploy_hooks") else None
     source = f"{folder / 'model.json'}"
     for module in (f"{package}.deploy", *(named or {}).values()):
