@@ -358,3 +358,13 @@ def test_reproduce_rebuilds_a_run_whose_overrides_no_longer_compose(tmp_path, ca
     overrides, notes, _ = plan(record, [], tmp_path / "run")
     assert "task.data.gone_since=1" not in overrides and "task.module.optimizer.lr=0.5" in overrides
     assert "no longer compose (unknown config key" in capsys.readouterr().err
+
+
+def test_a_recorded_folder_is_never_carried_into_the_next_run():
+    """A checkpoint's overrides naming where its run wrote (checkpoint and log folders) are not re-applied: a resume
+    or an evaluation writes into its own run folder, wherever the checkpoint says."""
+    from zoo.core.overrides import carried_overrides
+
+    recorded = ["task.module.lr=0.1", "callbacks.model_checkpoint.dirpath=/elsewhere",
+                "+logger.tensorboard.save_dir=/elsewhere/tb", "trainer.default_root_dir=/x", "hydra.run.dir=/y"]
+    assert carried_overrides(recorded) == ["task.module.lr=0.1"]

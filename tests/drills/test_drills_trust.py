@@ -38,6 +38,18 @@ def evil_checkpoint(src: Path, dst: Path, w: Path) -> Path:
     return dst
 
 
+def run_naming_a_folder_outside(w: Path, a: dict) -> None:
+    """A toy run whose checkpoint records checkpoint and log folders outside it (the marker's path)."""
+    victim(w)
+    copy_run(a["toy"], w / "run")
+    last = w / "run" / "checkpoints" / "last.ckpt"
+    ck = torch.load(last, weights_only=True)
+    ck["zoo"]["overrides"] += [f"callbacks.{name}.dirpath={w / MARKER}" for name in ("model_checkpoint",
+                                                                                     "last_checkpoint")]
+    ck["zoo"]["overrides"] += [f"logger.tensorboard.save_dir={w / MARKER}"]
+    torch.save(ck, last)
+
+
 def evil_run(w: Path, a: dict) -> None:
     victim(w)
     copy_run(a["toy"], w / "run")
@@ -118,6 +130,11 @@ def rows() -> list[Drill]:
         Drill("resume-a-checkpoint-recording-builtins-open",
               [Step(["ckpt_path=run"], 2, REFUSED)], setup=evil_run, check=no_marker,
               promise="the same in a resume"),
+        Drill("resume-a-checkpoint-recording-folders-outside-its-run",
+              [Step(["ckpt_path=run", "trainer.max_epochs=4"])], setup=run_naming_a_folder_outside,
+              may_change=RUN_FILES, check=no_marker,
+              promise="a checkpoint's recorded checkpoint and log folders are not carried: a resume writes into "
+                      "its own run folder"),
         Drill("reproduce-a-run-recording-builtins-open",
               [Step(["reproduce", "run"], 2, REFUSED)], setup=evil_run, check=no_marker,
               promise="the same in reproduce"),

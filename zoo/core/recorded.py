@@ -6,21 +6,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from zoo.core.overrides import carried_overrides, override_key
+from zoo.core.overrides import carried_overrides, is_location, override_key
 from zoo.core.presets import recorded_overrides
 from zoo.errors import ZooError
 
 # Top-level nodes that belong to one command, never a run's setting to carry: where it writes, what it resumes,
 # per-command options.
 PER_COMMAND = ("run_dir", "ckpt_path", "input", "predict", "reproduce", "hydra", "trust_artifact")
-# Where a run lives (its log and checkpoint folders), never a value to pin: a copied run's record names the original's
-# folders, and pinning them trained the re-run into the original, over its checkpoints.
-LOCATION_KEYS = ("save_dir", "dirpath", "default_root_dir", "log_dir", "output_dir", "weights_save_path")
-
-
-def is_location(key: str) -> bool:
-    """A key naming a folder the run writes into (`logger.tensorboard.save_dir`, `callbacks.*.dirpath`)."""
-    return key.split(".")[0] in ("run_dir", "hydra") or key.rpartition(".")[2] in LOCATION_KEYS
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:

@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from zoo.core.overrides import carried_overrides, override_key, override_value
+from zoo.core.overrides import carried_overrides, is_location, override_key, override_value
 from zoo.core.presets import recorded_overrides
-from zoo.core.recorded import PER_COMMAND, flatten, is_location, pinned_values
+from zoo.core.recorded import PER_COMMAND, flatten, pinned_values
 from zoo.errors import ZooError
 
 
