@@ -175,8 +175,8 @@ def check_overrides(overrides: list[str], config_name: str = "train", sweeps: bo
                        f"list the values to try instead, e.g. {o.get_key_element()}=1e-4,1e-3,1e-2, or run a search: "
                        "-m hparams_search=<task> (docs/search.md)")
     validate.check_deletions(parsed, cfg)  # `~task`, `~seed`: before any check reads them
-    validate.check_seed(cfg)
-    validate.check_types(parsed, base, GROUPS)
+    validate.check_types(parsed, base, GROUPS)  # a seed that is no integer is said here, with what it resolved to
+    validate.check_seed(cfg)  # ... and one out of numpy's range here
     validate.check_batch_sizes(cfg)
     validate.check_optimizers(cfg)
     # the trainer checks import Lightning: a task's lean start-up (zoo.imports) must be in place before they do
