@@ -238,7 +238,7 @@ def test_a_preset_of_another_task_is_refused_whatever_form_ckpt_path_takes(tmp_p
             resolve_resume(["experiment=rl_cartpole", f"ckpt_path={form}"])
         assert "is from task vision/resnet, but these overrides select rl/ppo" in str(e.value)
     # the run's own task, or a preset of it, resumes
-    assert f"hydra.run.dir='{run}'" in resolve_resume(["experiment=vision_cifar10", f"ckpt_path={run}"])
+    assert f"hydra.run.dir='{run}'" in resolve_resume(["experiment=vision_flowers12", f"ckpt_path={run}"])
     assert f"hydra.run.dir='{run}'" in resolve_resume([f"ckpt_path={run}"])
 
 

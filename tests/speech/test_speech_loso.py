@@ -118,8 +118,8 @@ def test_wave_augment_in_the_training_loader_only(fsdd):
     train_ds, val_ds = data.train_dataloader().dataset, data.val_dataloader().dataset
     assert train_ds.augment is not None and val_ds.augment is None
     assert torch.equal(val_ds[0][0], val_ds[0][0])
-    noisy, _ = train_ds[0]
-    reference, _ = val_ds.__class__(train_ds.rows, 8000)[0]
+    noisy = train_ds[0][0]
+    reference = val_ds.__class__(train_ds.rows, 8000)[0][0]
     snr = 10 * math.log10(float(reference.pow(2).mean() / (noisy - reference).pow(2).mean()))
     assert snr == pytest.approx(0.0, abs=1.0)  # 0 dB SNR (clipping to [-1, 1] aside)
 
