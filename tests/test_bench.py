@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from zoo.errors import ZooError
+from zoo.testing import tone_manifest
 
 ONE = {"OMP_NUM_THREADS": "1"}  # tiny models on a shared 2-core machine: one thread each is fastest
 SHORT = ["bench.steps=2", "bench.warmup=1"]
@@ -177,20 +178,6 @@ def _tiny_encoder(tmp_path: Path) -> str:
     return str(build_tiny_encoder(tmp_path / "tiny_bert"))
 
 
-def _speech_corpus(tmp_path: Path) -> list[str]:
-    import numpy as np
-    import soundfile as sf
-
-    rows = []
-    for i in range(8):
-        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
-        sf.write(tmp_path / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
-        rows.append({"audio_filepath": f"{i}.wav", "duration": len(t) / 8000, "text": ["one", "two"][i % 2]})
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    manifest = tmp_path / "train.jsonl"
-    return [f"task.data.train_manifest={manifest}", f"task.data.val_manifest={manifest}"]
-
-
 TASKS = {  # tiny settings per task, then its two combinations
     "vision": (["task=vision/resnet", "task.module.arch=resnet10t", "task.data.image_size=16",
                 "task.module.pretrained=false", "task.data.batch_size=32"], ["bench.devices=[1,2]"]),
@@ -210,7 +197,7 @@ def test_bench_runs_two_combinations_of_every_task(run_zoo, tmp_path, domain):
     if domain == "nlp":
         settings = [*settings, f"task.module.encoder={_tiny_encoder(tmp_path)}"]
     if domain == "speech":
-        settings = [*settings, *_speech_corpus(tmp_path)]
+        settings = [*settings, *tone_manifest(tmp_path)]
     proc = run_zoo("bench", *settings, *axes, *SHORT, env=ONE, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     (out,) = [p for p in (tmp_path / "outputs" / "bench").glob("*/*/*") if (p / "bench.csv").is_file()]

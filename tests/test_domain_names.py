@@ -4,7 +4,6 @@ while the domains were top-level packages still test, predict and resume (zoo.co
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 import torch
 
 from zoo.core.aliases import DOMAINS
-from zoo.testing import ROOT, TINY, compose, zoo_env
+from zoo.testing import ROOT, TINY, compose, tone_manifest, zoo_env
 
 ONE = {"OMP_NUM_THREADS": "1"}
 
@@ -81,20 +80,6 @@ def _old_names(node):
     return node
 
 
-def _speech_corpus(where: Path) -> list[str]:
-    import numpy as np
-    import soundfile as sf
-
-    rows = []
-    for i in range(8):
-        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
-        sf.write(where / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
-        rows.append({"audio_filepath": f"{i}.wav", "duration": len(t) / 8000, "text": ["one", "two"][i % 2]})
-    (where / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    manifest = where / "train.jsonl"
-    return [f"task.data.train_manifest={manifest}", f"task.data.val_manifest={manifest}"]
-
-
 def _picture(where: Path) -> str:
     from PIL import Image
 
@@ -121,7 +106,7 @@ DOMAIN_RUNS = {
 def test_a_checkpoint_naming_the_old_top_level_packages_tests_predicts_and_resumes(run_zoo, tmp_path, domain):
     settings, predict_args = DOMAIN_RUNS[domain]
     if domain == "speech":
-        settings = [*settings, *_speech_corpus(tmp_path)]
+        settings = [*settings, *tone_manifest(tmp_path)]
     # a recorded override naming a class, as `task.data._target_=speech.data.ManifestDataModule` did in the docs
     settings = [*settings, f"task.module._target_={compose(settings).task.module._target_}"]
     env = {**ONE, "PYTHONPATH": ""}  # as installed: the checkout's top-level folders are not importable

@@ -115,3 +115,21 @@ class ChildAbortsAtExit:
 
 
 ABORT_AT_EXIT = "+callbacks.abort._target_=zoo.testing.ChildAbortsAtExit"
+
+
+def tone_manifest(where: Path) -> list[str]:
+    """Eight short tones labelled "one" / "two" and their manifest in `where`: the overrides that train a speech
+    manifest task on them in seconds (train and validation on the same eight files)."""
+    import json
+
+    import numpy as np
+    import soundfile as sf
+
+    rows = []
+    for i in range(8):
+        t = np.arange(int(8000 * (0.3 + 0.05 * i))) / 8000
+        sf.write(where / f"{i}.wav", (0.5 * np.sin(2 * np.pi * (440 + 440 * (i % 2)) * t)).astype(np.float32), 8000)
+        rows.append({"audio_filepath": f"{i}.wav", "duration": len(t) / 8000, "text": ["one", "two"][i % 2]})
+    manifest = where / "train.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [f"task.data.train_manifest={manifest}", f"task.data.val_manifest={manifest}"]

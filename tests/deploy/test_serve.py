@@ -50,24 +50,31 @@ def png(size: int = 20) -> bytes:
     return buf.getvalue()
 
 
+def started_server(where: Path, ckpt: Path, *options: str) -> tuple[subprocess.Popen, int]:
+    """`zoo serve ckpt_path=<ckpt> <options>` on a free loopback port, once its /health answers 200 (two minutes at
+    most; the console in the failure when it exits first)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", f"ckpt_path={ckpt}", f"serve.port={port}", *options],
+                            cwd=where, env=zoo_env(where, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while True:
+        try:
+            if call(port, "/health")[0] == 200:
+                return proc, port
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise AssertionError(f"server did not come up:\n{proc.stdout.read()[-3000:]}")
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
 def test_server_endpoints_bad_requests_and_sigterm_drain(tmp_path):
     ckpt = vision_ckpt(tmp_path / "run")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", f"ckpt_path={ckpt}", f"serve.port={port}",
-                             "serve.max_body_mb=0.05", "serve.batch_timeout_ms=50"], cwd=tmp_path,
-                            env=zoo_env(tmp_path, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc, port = started_server(tmp_path, ckpt, "serve.max_body_mb=0.05", "serve.batch_timeout_ms=50")
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if call(port, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, "server did not come up"
-            time.sleep(0.5)
         status, meta = call(port, "/metadata")
         assert status == 200 and meta["task"] == "vision/resnet" and meta["class_names"][0] == "0"
         status, out = call(port, "/predict", png(), "image/png")

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "nlp"))
 from helpers import nlp_ckpt  # noqa: E402
-from test_serve import call, free_port  # noqa: E402
+from test_serve import call, started_server  # noqa: E402
 
 from zoo.kit.deploy import BadRequest, Budget, Limits  # noqa: E402
-from zoo.testing import zoo_env  # noqa: E402
 
 GROWTH_MB = 400  # what one request may add to the server's peak memory; the old single batch of 10,000 took GBs
 
@@ -64,21 +62,9 @@ def test_nlp_request_of_10000_texts_runs_in_batches_under_a_memory_bound(tmp_pat
     from nlp_helpers import build_tiny_encoder
 
     ckpt = nlp_ckpt(tmp_path / "run", str(build_tiny_encoder(tmp_path / "enc")))
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", f"ckpt_path={ckpt}", f"serve.port={port}",
-                             "serve.max_items=20000", "serve.max_tokens=2000000", "serve.threads=1"], cwd=tmp_path,
-                            env=zoo_env(tmp_path, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc, port = started_server(tmp_path, ckpt, "serve.max_items=20000", "serve.max_tokens=2000000",
+                                "serve.threads=1")
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if call(port, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() else "slow"
-            time.sleep(0.5)
         assert call(port, "/predict", _texts(64), "application/json")[0] == 200  # warm: the batch size in use
         base = memory_mb(proc.pid, "VmHWM")
         dog = Watchdog(proc, base + 3 * GROWTH_MB)
