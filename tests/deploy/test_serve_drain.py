@@ -124,3 +124,28 @@ def test_a_stop_answers_every_request_it_accepted_and_a_slow_client_cannot_hold_
     total, answered, late = map(int, line.groups())
     assert late == statuses.count(503) + 1 and answered <= statuses.count(200) and total == answered + late
     assert "Traceback" not in out and "CancelledError" not in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_a_second_stop_while_draining_ends_the_server_without_a_traceback(tmp_path):
+    """SIGTERM twice (a supervisor, then an impatient user): the second stops the wait, and starlette's report of the
+    cancelled lifespan (a 12-line CancelledError traceback) stays off the console."""
+    port = _free_port()
+    proc = _serve(tmp_path, port, "serve.drain_s=20")
+    try:
+        slow = socket.create_connection(("127.0.0.1", port))  # a request in flight holds the drain open
+        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\ncontent-type: image/png\r\ncontent-length: 1000\r\n\r\n")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert proc.poll() is None, "the first stop did not wait for the request in flight"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        slow.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "CancelledError" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("zoo: server stopped by SIGTERM"), out[-3000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import select
 import time
 from typing import Any
@@ -96,6 +97,12 @@ def summary(drain: Drain, how: str) -> str:
     return f"zoo: server stopped by {how}; {total} request(s) in flight drained: {drain.answered} answered{late}"
 
 
+def not_a_cancellation(record: logging.LogRecord) -> bool:
+    """False for uvicorn's and starlette's reports of a task cancelled by a forced stop (logging filter)."""
+    cancelled = record.exc_info is not None and record.exc_info[0] is asyncio.CancelledError
+    return not cancelled and "CancelledError" not in record.getMessage()
+
+
 def server_class(uvicorn: Any, drain: Drain, ready_line: str) -> type:
     """uvicorn.Server that says when it listens, and stops by draining (exit 0: the stop the user asked for)."""
 
@@ -110,8 +117,11 @@ def server_class(uvicorn: Any, drain: Drain, ready_line: str) -> type:
                 print(ready_line, flush=True)
 
         def handle_exit(self, sig: int, frame: Any) -> None:  # drain and return (uvicorn would re-raise: exit 143)
-            if self.should_exit:  # a second Ctrl-C: stop waiting
+            if self.should_exit:  # a second Ctrl-C or SIGTERM: stop waiting
                 self.force_exit = True
+                # uvicorn then cancels the requests still open and the app's lifespan task, and reports each
+                # cancellation with a traceback on the console: the stop was asked for, nothing failed
+                logging.getLogger("uvicorn.error").addFilter(not_a_cancellation)
             self.how = STOP_NAMES.get(int(sig), f"signal {sig}")
             self.should_exit = True
 
