@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -21,14 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import vision_ckpt  # noqa: E402
-
-from zoo.testing import zoo_env  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from test_serve import started_server  # noqa: E402
 
 
 def _png(side: int, mode: str = "L") -> bytes:
@@ -53,28 +45,13 @@ def _post(port: int, body: bytes, connected: threading.Barrier | None = None) ->
         conn.close()
 
 
-def _serve(tmp_path: Path, port: int, *opts: str) -> subprocess.Popen:
-    ckpt = vision_ckpt(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "zoo", "serve", f"ckpt_path={ckpt}", f"serve.port={port}", *opts],
-                            cwd=tmp_path, env=zoo_env(tmp_path, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
-            time.sleep(0.3)
-
-
 @pytest.mark.slow
 def test_a_stop_answers_every_request_it_accepted_and_a_slow_client_cannot_hold_it(tmp_path):
     """SIGTERM 0.15 s after 20 requests (half 3000x3000 PNGs): 2 answered, 18 reset; with a slow client holding a
     half-sent body: 12 reset, then a plain-text 500 and a CancelledError traceback after 32.7 s."""
-    port, drain_s = _free_port(), 4
-    proc = _serve(tmp_path, port, f"serve.drain_s={drain_s}", "serve.max_pixels=20000000",
-                  "serve.max_body_mb=5")
+    drain_s = 4
+    proc, port = started_server(tmp_path, vision_ckpt(tmp_path / "run"), f"serve.drain_s={drain_s}",
+                                "serve.max_pixels=20000000", "serve.max_body_mb=5")
     try:
         status, err = _post(port, _png(5000))  # 25 Mpx: Pillow only warns below twice its limit; refused here
         assert status == 413 and "serve.max_pixels=20,000,000" in err["error"], err
@@ -130,8 +107,7 @@ def test_a_stop_answers_every_request_it_accepted_and_a_slow_client_cannot_hold_
 def test_a_second_stop_while_draining_ends_the_server_without_a_traceback(tmp_path):
     """SIGTERM twice (a supervisor, then an impatient user): the second stops the wait, and starlette's report of the
     cancelled lifespan (a 12-line CancelledError traceback) stays off the console."""
-    port = _free_port()
-    proc = _serve(tmp_path, port, "serve.drain_s=20")
+    proc, port = started_server(tmp_path, vision_ckpt(tmp_path / "run"), "serve.drain_s=20")
     try:
         slow = socket.create_connection(("127.0.0.1", port))  # a request in flight holds the drain open
         slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\ncontent-type: image/png\r\ncontent-length: 1000\r\n\r\n")
