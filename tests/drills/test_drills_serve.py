@@ -114,7 +114,7 @@ def deep_json() -> Drill:
 
 def disconnects() -> Drill:
     port = free_port()
-    sent = Requests(port, [lambda p: half_sent(p), lambda p: half_sent(p), lambda p: half_sent(p), toy_good])
+    sent = Requests(port, [half_sent, half_sent, half_sent, toy_good])
 
     def check(w: Path, consoles: list[str]) -> None:
         assert sent.answers[3][0] == 200, sent.answers
