@@ -150,6 +150,11 @@ class BeamDecoder:
 
     def __call__(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """emissions (B, T, V) log-probabilities (float32, CPU)."""
+        return [found[0] if found else "" for found in self.nbest(emissions, lengths)]
+
+    def nbest(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[list[str]]:
+        """Each utterance's best transcripts, best first (with a lexicon: those spelled with its words only, when
+        any is)."""
         hyps = self._decoder(emissions.float().cpu().contiguous(), lengths.cpu().to(torch.int32))
         out = []
         for nbest in hyps:
@@ -157,7 +162,7 @@ class BeamDecoder:
             if self.lexicon_words is not None:
                 whole = [t for t in spelled if t and set(t.split()) <= self.lexicon_words]
                 spelled = whole or spelled
-            out.append(spelled[0] if spelled else "")
+            out.append(spelled)
         return out
 
     def _spell(self, ids: torch.Tensor) -> str:

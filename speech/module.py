@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 class CTCRecognizer(L.LightningModule):
     def __init__(self, vocab: list[str], arch: str = "whisper", sample_rate: int = 16000, n_mels: int = 80,
                  model: dict | None = None, specaugment: dict | None = None, decoder: dict | None = None,
+                 rescore: dict | None = None,
                  max_seconds: float = 30.0, pretrained: str | bool | None = "auto", init_from: str | None = None,
                  num_val_examples: int = 4, voice: dict | None = None, norm: str = "bin",
                  freeze_feature_encoder: bool = True,
@@ -62,6 +63,12 @@ class CTCRecognizer(L.LightningModule):
         if self.decoder_cfg["kind"] not in KINDS:
             raise ZooError(f"unknown decoder kind {self.decoder_cfg['kind']!r}; use greedy, beam or words")
         self._decoder: BeamDecoder | WordDecoder | None = None
+        # rescore: the decoder's n-best and Whisper tiny.en's own transcript, scored by both models (speech/rescore.py),
+        # at test and predict time
+        from .rescore import check
+
+        self.rescore_cfg = check(rescore)
+        self._rescorer: Any = None
         # decoder lm_text=train: the training transcripts the word LM is built from, kept in the checkpoint
         self.lm_sentences: list[str] | None = None
         # acc: the share of utterances transcribed exactly (word accuracy when each utterance is one word)
@@ -128,9 +135,14 @@ class CTCRecognizer(L.LightningModule):
             logits, out_lengths = self.model(self.specaugment(feats, frames), frames)
         return logits.float().log_softmax(-1), out_lengths
 
-    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor,
+               waves: list[torch.Tensor] | None = None) -> list[str]:
+        """Transcripts of the log-probs; with `waves` (the clips at sample_rate) and task.module.rescore, the
+        decoder's n-best and the greedy path jointly rescored with Whisper tiny.en (speech/rescore.py)."""
+        greedy = greedy_decode(log_probs, lengths, self.vocab.tokens)
+        rescore = waves is not None and self.rescore_cfg is not None and self.decoder_cfg["kind"] != "words"
         if self.decoder_cfg["kind"] == "greedy":
-            return greedy_decode(log_probs, lengths, self.vocab.tokens)
+            return self._rescored(waves, log_probs, lengths, [[g] for g in greedy]) if rescore else greedy
         if self._decoder is None:
             opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
             if opts.get("lm_text") == "train":
@@ -140,7 +152,24 @@ class CTCRecognizer(L.LightningModule):
                 opts["lm_text"] = list(self.lm_sentences)
             kind = WordDecoder if self.decoder_cfg["kind"] == "words" else BeamDecoder
             self._decoder = kind(self.vocab.tokens, **opts)
-        return self._decoder(log_probs, lengths)
+        if not rescore:
+            return self._decoder(log_probs, lengths)
+        assert isinstance(self._decoder, BeamDecoder)
+        nbest = self._decoder.nbest(log_probs, lengths)
+        return self._rescored(waves, log_probs, lengths, [[*n, g] for n, g in zip(nbest, greedy, strict=True)])
+
+    def _rescored(self, waves: Any, log_probs: torch.Tensor, lengths: torch.Tensor,
+                  candidates: list[list[str]]) -> list[str]:
+        from .rescore import JointRescorer
+
+        if self._rescorer is None:
+            self._rescorer = JointRescorer(self.vocab.tokens, **self.rescore_cfg)
+        rate = self.hparams.sample_rate
+        if rate != 16000:  # tiny.en hears 16 kHz
+            import torchaudio
+
+            waves = [torchaudio.functional.resample(w.float(), rate, 16000) for w in waves]
+        return self._rescorer(waves, log_probs, lengths, candidates)
 
     def max_seconds(self) -> float:
         """The longest clip this model transcribes: `max_seconds`, or less where the network itself takes less
@@ -170,7 +199,7 @@ class CTCRecognizer(L.LightningModule):
         batch = torch.zeros(len(waves), int(lengths.max()), device=self.device)
         for i, w in enumerate(waves):
             batch[i, : len(w)] = w.to(self.device)
-        return self.decode(*self(batch, lengths))
+        return self.decode(*self(batch, lengths), waves=list(waves))
 
     # -- training ------------------------------------------------------------------------------------------
     def _loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -188,7 +217,10 @@ class CTCRecognizer(L.LightningModule):
 
     def _eval_step(self, batch: dict, stage: str, batch_idx: int) -> None:
         loss, log_probs, out_lengths = self._loss(batch)
-        raw_hyps = self.decode(log_probs, out_lengths)
+        # rescoring at test time only: tiny.en's decoder costs about a second a clip, too slow for every epoch
+        waves = ([batch["wave"][i, : batch["lengths"][i]] for i in range(len(batch["texts"]))]
+                 if stage == "test" and self.rescore_cfg is not None else None)
+        raw_hyps = self.decode(log_probs, out_lengths, waves)
         # WER and CER on the scoring rule's text (speech/text.py: case, punctuation, numbers as words)
         hyps = [normalize_for_scoring(h) for h in raw_hyps]
         refs = [normalize_for_scoring(r) for r in batch["texts"]]

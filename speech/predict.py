@@ -3,7 +3,8 @@ JSON-lines manifest (its bad lines skipped with one warning that counts them), o
 
 Options (cfg.predict): batch_size (8), decoder (greedy|beam|words, default: the checkpoint's), beam_size, lexicon
 (words: the checkpoint's when not given), lm, lm_text + lm_order (a word n-gram LM built from a text file), lm_weight,
-word_score, max_seconds (default: the checkpoint's). In a folder, a bad file
+word_score, max_seconds (default: the checkpoint's), rescore (false: without the checkpoint's joint rescoring; a
+mapping: these options, speech/rescore.py). In a folder, a bad file
 yields {"file", "error"} and the rest continue; a single bad file is a ZooError.
 """
 
@@ -19,7 +20,7 @@ from .decoding import KINDS
 
 # The predict.* keys this task reads (every other predict.* key is refused, not dropped).
 PREDICT_KEYS = ("batch_size", "decoder", "beam_size", "lexicon", "lm", "lm_text", "lm_order", "lm_weight", "word_score",
-                "max_seconds")
+                "max_seconds", "rescore")
 
 AUDIO_EXT = (".wav", ".flac", ".ogg", ".mp3")
 DECODER_KEYS = ("beam_size", "lexicon", "lm", "lm_text", "lm_order", "lm_weight", "word_score")
@@ -53,6 +54,10 @@ def predict(model, cfg, input: str | None) -> Iterator[dict]:
             given["lexicon"] = model.decoder_cfg["lexicon"]  # the closed word list the checkpoint decodes with
         model.decoder_cfg = {"kind": kind, **given}
         model._decoder = None
+    if "rescore" in opts:
+        from .rescore import check
+
+        model.rescore_cfg, model._rescorer = check(opts.pop("rescore")), None
     if "max_seconds" in opts:
         model.hparams.max_seconds = float(opts["max_seconds"])
         if model.max_seconds() < model.hparams.max_seconds:
