@@ -87,16 +87,25 @@ class JointRescorer:
                  nbest: Sequence[Sequence[str]]) -> list[str]:
         """16 kHz clips (T,), the CTC model's log-probs (B, T', V) and lengths, and each clip's candidates (the CTC
         decoder's n-best) -> transcripts."""
+        return [s["candidates"][pick(s["ctc"], s["whisper"], s["words"], self.ctc_weight, self.word_bonus)]
+                if s["candidates"] else "" for s in self.scores(waves, log_probs, lengths, nbest)]
+
+    def scores(self, waves: Sequence[torch.Tensor], log_probs: torch.Tensor, lengths: torch.Tensor,
+               nbest: Sequence[Sequence[str]]) -> list[dict]:
+        """Each clip's candidates (its n-best, then tiny.en's own transcript) and both models' log-likelihoods of
+        them: what `pick` weighs (a benchmark weighs them again for each setting without running a model)."""
         enc = self.whisper.encode(list(waves))
         own = self.whisper.transcribe(enc) if self.whisper_hypothesis else [""] * len(waves)
         out = []
         for i, cands in enumerate(nbest):
-            cands = list(dict.fromkeys(c for c in [*cands, normalize_for_scoring(own[i])] if c))
-            if not cands:
-                out.append("")
-                continue
-            ctc = ctc_log_likelihood(log_probs[i, : int(lengths[i])], cands, self.tokens)
-            whisper = self.whisper.score(enc[i:i + 1], [" " + c for c in cands])
-            out.append(cands[pick(ctc, whisper, [len(c.split()) for c in cands], self.ctc_weight,
-                                  self.word_bonus)])
+            heard = normalize_for_scoring(own[i])
+            whisper_only = bool(heard) and heard not in cands
+            cands = list(dict.fromkeys(c for c in [*cands, heard] if c))
+            # whisper_only: the last candidate is tiny.en's, none of the n-best
+            found = {"candidates": cands, "ctc": [], "whisper": [], "words": [len(c.split()) for c in cands],
+                     "whisper_only": whisper_only}
+            if cands:
+                found["ctc"] = ctc_log_likelihood(log_probs[i, : int(lengths[i])], cands, self.tokens)
+                found["whisper"] = self.whisper.score(enc[i:i + 1], [" " + c for c in cands])
+            out.append(found)
         return out

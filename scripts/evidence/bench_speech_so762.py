@@ -10,7 +10,8 @@ into the repository. whisper: tiny.en's packaged weights with its own decoder, g
 files, scored by the zoo's rule (speech/text.py): the bar. train: `python -m zoo train experiment=speech_so762` on
 them, tested on the held-out speakers; wall time start to end with the load. decode: the best checkpoint's
 emissions on the held-out files decoded greedy, by beam search, and by beam search with a word 3-gram LM built from
-the training transcripts only (its weight and word score chosen on the validation speakers). Each stage writes its
+the training transcripts only (its weight and word score chosen on the validation speakers), and that decoder's
+n-best rescored jointly with Whisper tiny.en (speech/rescore.py; its weights chosen there too). Each stage writes its
 records (docs/results/records/speech.so762_*.json) and prints one JSON line.
 """
 
@@ -93,7 +94,7 @@ def train(data: Path, out: Path, extra: list[str], timeout: float) -> dict:
     common = {"command": bench_command("train"), "preset": PRESET, "load": load}
     keep = {"wall_s": info["wall_s"], "cpu_s": info["cpu_s"], "test_cer": m.get("test/cer"),
             "zoo_command": shown(cmd).replace(str(out), "<folder>").replace(str(data), "<so762>")}
-    own = "held-out speakers (the run's own decoder: task.module.decoder)"
+    own = "held-out speakers (the run's own decoding: task.module.decoder, then task.module.rescore if set)"
     write_record(rid("wer"), m["test/wer"], metric=f"WER, {own}", extra=keep, **common)
     write_record(rid("cer"), m["test/cer"], metric=f"CER, {own}", extra=keep, **common)
     for group in ("children", "adults"):
@@ -170,7 +171,56 @@ def decode(out: Path, lm_weights: list[float], word_scores: list[float]) -> dict
         write_record(rid(f"wer_{name}"), round(rate, 4), metric=f"WER, held-out speakers, {name} decoding "
                      "of the benchmark's checkpoint", command=cmd, preset=PRESET, load=f"{load:.1f}->{load1():.1f}",
                      extra={"cer": round(crate, 4), "files": len(test_rows), "lm_weight": w, "word_score": ws})
+    found["rescored"] = rescored(tokens, decoders["beam_lm"], (val_rows, val_em), (test_rows, test_em), cmd, load)
     found["wall_s"] = round(time.time() - start, 1)
+    return found
+
+
+def rescored(tokens: list[str], beam, val: tuple, test: tuple, cmd: str, load: float) -> dict:
+    """Joint rescoring (speech/rescore.py) of the beam + LM decoder's n-best and the greedy path, with tiny.en's own
+    transcript: both models' scores computed once per clip, the weights chosen on the validation speakers, then
+    the held-out speakers scored with them; and tiny.en's decoder rescoring the n-best alone (no transcript of its
+    own), to show what each part adds."""
+    from zoo.speech.audio import load_audio
+    from zoo.speech.decoding import greedy_decode
+    from zoo.speech.rescore import JointRescorer, pick
+    from zoo.speech.text import cer, wer
+
+    rescorer = JointRescorer(tokens)
+
+    def scored(rows: list, emitted: list) -> list[dict]:
+        out = []
+        for r, (logp, n) in zip(rows, emitted, strict=True):
+            cands = [*beam.nbest(logp, n)[0], greedy_decode(logp, n, tokens)[0]]
+            out += rescorer.scores([load_audio(r.path, 16000)], logp, n, [cands])
+        return out
+
+    def chosen(clips: list[dict], w: float, bonus: float, own: bool = True) -> list[str]:
+        hyps = []
+        for c in clips:
+            keep = len(c["candidates"]) - (0 if own or not c["whisper_only"] else 1)
+            pos = pick(c["ctc"][:keep], c["whisper"][:keep], c["words"][:keep], w, bonus) if keep else None
+            hyps.append("" if pos is None else c["candidates"][pos])
+        return hyps
+
+    (val_rows, val_em), (test_rows, test_em) = val, test
+    val_s, test_s = scored(val_rows, val_em), scored(test_rows, test_em)
+    val_refs, test_refs = [r.text for r in val_rows], [r.text for r in test_rows]
+    found = {}
+    for own, name in ((True, "rescored"), (False, "rescored_nbest_only")):
+        grid = {(w, b): wer(chosen(val_s, w, b, own), val_refs) for w in (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+                for b in (-4.0, -3.0, -2.0, -1.0, 0.0, 1.0)}
+        w, b = min(grid, key=grid.get)
+        hyps = chosen(test_s, w, b, own)
+        rate, crate = round(wer(hyps, test_refs), 4), round(cer(hyps, test_refs), 4)
+        found[name] = {"wer": rate, "cer": crate, "ctc_weight": w, "word_bonus": b, "val_wer": round(grid[w, b], 4)}
+        what = ("the beam + LM n-best, the greedy path and tiny.en's own transcript" if own else
+                "the beam + LM n-best and the greedy path (no transcript of tiny.en's own)")
+        write_record(rid(f"wer_{name}"), rate, metric=f"WER, held-out speakers, {what} rescored jointly with "
+                     "Whisper tiny.en (speech/rescore.py), weights chosen on the validation speakers", command=cmd,
+                     preset=PRESET, load=f"{load:.1f}->{load1():.1f}",
+                     extra={"cer": crate, "files": len(test_rows), "ctc_weight": w, "word_bonus": b,
+                            "val_wer": round(grid[w, b], 4)})
     return found
 
 

@@ -33,6 +33,17 @@ def rows() -> list[Drill]:
               check=lambda w, c: skipped_and_finite(c[0]),
               promise="a float wav with a NaN or inf sample is skipped with the other bad files, counted in the "
                       "manifest's one warning; test/wer and test/cer are finite"),
+        Drill("rescore-option-of-the-wrong-type",
+              [Step([*SPEECH, "task.module.rescore.ctc_weight=high"], 2,
+                    r"task\.module\.rescore\.ctc_weight='high' is not a number")],
+              setup=lambda w, a: corpus(w, nan_every=99), check=lambda w, c: no_metric(c[0]),
+              promise="a rescoring weight that is not a number is one line naming the option, before any training"),
+        Drill("rescore-names-no-file",
+              [Step([*SPEECH, "+task.module.rescore.weights=/etc/passwd"], 2,
+                    r"task\.module\.rescore: unknown keys \['weights'\]")],
+              setup=lambda w, a: corpus(w, nan_every=99), check=lambda w, c: no_metric(c[0]),
+              promise="the rescoring options hold no path (a checkpoint records them, and reading one opens no "
+                      "file it names): a weights file is refused in one line"),
     ]
 
 
