@@ -67,10 +67,11 @@ def test_so762_preset_through_the_verbs(run_zoo, tmp_path):
     alone = run_zoo("predict", f"ckpt_path={last}", f"input={tmp_path / 'nan.wav'}", env=ENV)
     assert alone.returncode == 2 and alone.stdout.count("zoo: error:") == 1 and "NaN or inf" in alone.stdout
     pred = run_zoo("predict", f"ckpt_path={last}", f"input={tmp_path / 'test.jsonl'}", "predict.decoder=beam",
-                   "predict.beam_size=4", f"predict.lm_text={tmp_path / 'lm.txt'}", "predict.lm_order=2", check=True,
-                   env=ENV).stdout
+                   "predict.beam_size=4", f"predict.lm_text={tmp_path / 'lm.txt'}", "predict.lm_order=2",
+                   "predict.rescore=false", check=True, env=ENV).stdout
     texts = [json.loads(x)["text"] for x in pred.splitlines() if x.startswith("{")]
-    assert len(texts) == 3 and all(set(t.split()) <= {"one", "two"} for t in texts)  # the LM's words only
+    # the LM's words only: without the preset's rescoring, which may take tiny.en's own transcript of these tones
+    assert len(texts) == 3 and all(set(t.split()) <= {"one", "two"} for t in texts)
 
     out = tmp_path / "onnx"
     run_zoo("export", f"ckpt_path={last}", f"export.out={out}", "export.samples=4", check=True, env=ENV)
