@@ -13,6 +13,7 @@ decoder alone (tiny.en's decoder costs about a second a clip on one CPU thread).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -24,6 +25,7 @@ from .text import normalize_for_scoring
 
 # No weights path: a checkpoint records these options, and reading one never opens a file it names (tiny.en is
 # the installed package's).
+_TAGS = re.compile(r"\[[^\]]*\]|\([^)]*\)")  # tiny.en's sound annotations: [BLANK_AUDIO], (music), [Laughter]
 KEYS = {"ctc_weight": float, "word_bonus": float, "whisper_hypothesis": bool}
 
 
@@ -49,6 +51,12 @@ def check(options: dict | None) -> dict | None:
     return out
 
 
+def heard_text(text: str) -> str:
+    """tiny.en's transcript as a candidate: its sound annotations dropped (a clip of noise is "[BLANK_AUDIO]", not
+    the words "blank audio"), then written as the CTC model writes (the scoring rule)."""
+    return normalize_for_scoring(_TAGS.sub(" ", text))
+
+
 def pick(ctc: Sequence[float], whisper: Sequence[float], words: Sequence[int], ctc_weight: float,
          word_bonus: float) -> int:
     """The index of the candidate with the best joint score (the first one on a tie)."""
@@ -59,9 +67,9 @@ def pick(ctc: Sequence[float], whisper: Sequence[float], words: Sequence[int], c
 
 def ctc_log_likelihood(log_probs: torch.Tensor, texts: Sequence[str], tokens: Sequence[str]) -> list[float]:
     """log P(text | audio) under CTC for each text, given one clip's log-probs (T, V); -inf for a text the
-    vocabulary cannot spell or the frames cannot hold."""
+    vocabulary cannot spell or the frames cannot hold. The empty text has one alignment: blank at every frame."""
     index = {t: i for i, t in enumerate(tokens)}
-    out = [float("-inf")] * len(texts)
+    out = [float(log_probs[:, 0].float().sum()) if not t else float("-inf") for t in texts]
     spelled = [(i, [index[c] for c in t]) for i, t in enumerate(texts) if t and all(c in index for c in t)]
     if not spelled:
         return out
@@ -98,14 +106,15 @@ class JointRescorer:
         own = self.whisper.transcribe(enc) if self.whisper_hypothesis else [""] * len(waves)
         out = []
         for i, cands in enumerate(nbest):
-            heard = normalize_for_scoring(own[i])
+            heard = heard_text(own[i])
             whisper_only = bool(heard) and heard not in cands
-            cands = list(dict.fromkeys(c for c in [*cands, heard] if c))
+            # the empty transcript stays where the CTC decoder proposes it: silence, where tiny.en hallucinates
+            cands = list(dict.fromkeys([*cands, *([heard] if heard else [])]))
             # whisper_only: the last candidate is tiny.en's, none of the n-best
             found = {"candidates": cands, "ctc": [], "whisper": [], "words": [len(c.split()) for c in cands],
                      "whisper_only": whisper_only}
             if cands:
                 found["ctc"] = ctc_log_likelihood(log_probs[i, : int(lengths[i])], cands, self.tokens)
-                found["whisper"] = self.whisper.score(enc[i:i + 1], [" " + c for c in cands])
+                found["whisper"] = self.whisper.score(enc[i:i + 1], [" " + c if c else "" for c in cands])
             out.append(found)
         return out

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from zoo.errors import ZooError
 from zoo.speech.decoding import BeamDecoder, greedy_decode
-from zoo.speech.rescore import check, ctc_log_likelihood, pick
+from zoo.speech.rescore import JointRescorer, check, ctc_log_likelihood, heard_text, pick
 from zoo.speech.text import normalize_for_scoring, wer
 from zoo.speech.vocab import BLANK
 from zoo.speech.whisper_weights import packaged_file
@@ -38,12 +38,19 @@ def test_ctc_likelihood_sums_alignments_and_refuses_unspellable_text():
     # frames that say "a", blank, "b": "ab" is likely, "ba" is not, "ac" cannot be spelled
     frames = torch.full((3, 4), -9.0)
     frames[0, 2] = frames[1, 0] = frames[2, 3] = -0.01
-    ab, ba, ac, empty = ctc_log_likelihood(frames.log_softmax(-1), ["ab", "ba", "ac", ""], TOKENS)
+    ab, ba, ac = ctc_log_likelihood(frames.log_softmax(-1), ["ab", "ba", "ac"], TOKENS)
     assert ab > -1.0 > ba
-    assert ac == empty == -math.inf
+    assert ac == -math.inf
     direct = torch.nn.functional.ctc_loss(frames.log_softmax(-1)[:, None], torch.tensor([[2, 3]]), torch.tensor([3]),
                                           torch.tensor([2]), blank=0, reduction="sum")
     assert ab == pytest.approx(-float(direct), abs=1e-5)
+
+
+def test_nothing_said_is_blank_at_every_frame_and_sound_tags_are_not_words():
+    frames = torch.randn(5, len(TOKENS)).log_softmax(-1)
+    (empty,) = ctc_log_likelihood(frames, [""], TOKENS)
+    assert empty == pytest.approx(float(frames[:, 0].sum()))
+    assert heard_text("[BLANK_AUDIO]") == "" and heard_text(" (music) Hello, 42! [Laughter]") == "hello forty two"
 
 
 @pytest.mark.parametrize(("given", "words"), [
@@ -153,3 +160,16 @@ def test_module_rescores_at_test_and_predict_time_and_keeps_the_options(tmp_path
     cfg = OmegaConf.create({"predict": {"rescore": False}})
     (row,) = predict(loaded.eval(), cfg, str(tmp_path / "hello.wav"))
     assert row["text"] == greedy_decode(logp, lengths, vocab)[0]
+
+
+@needs_tiny
+def test_silence_stays_empty_where_tiny_en_may_hear_words():
+    """One second of zeros, which tiny.en alone transcribes as a word or a sound tag: the CTC model's empty
+    transcript (blank at every frame) is kept as a candidate and wins."""
+    vocab = [BLANK, " ", *"abcdefghijklmnopqrstuvwxyz'"]
+    frames = torch.full((1, 50, len(vocab)), -12.0)
+    frames[..., 0] = -1e-4
+    rescorer = JointRescorer(vocab)
+    (found,) = rescorer.scores([torch.zeros(16000)], frames, torch.tensor([50]), [[""]])
+    assert found["candidates"][0] == "" and found["ctc"][0] > -0.1
+    assert rescorer([torch.zeros(16000)], frames, torch.tensor([50]), [[""]]) == [""]
