@@ -139,9 +139,9 @@ class CTCRecognizer(L.LightningModule):
                waves: list[torch.Tensor] | None = None) -> list[str]:
         """Transcripts of the log-probs; with `waves` (the clips at sample_rate) and task.module.rescore, the
         decoder's n-best and the greedy path jointly rescored with Whisper tiny.en (speech/rescore.py)."""
-        greedy = greedy_decode(log_probs, lengths, self.vocab.tokens)
         rescore = waves is not None and self.rescore_cfg is not None and self.decoder_cfg["kind"] != "words"
         if self.decoder_cfg["kind"] == "greedy":
+            greedy = greedy_decode(log_probs, lengths, self.vocab.tokens)
             return self._rescored(waves, log_probs, lengths, [[g] for g in greedy]) if rescore else greedy
         if self._decoder is None:
             opts = {k: v for k, v in self.decoder_cfg.items() if k != "kind"}
@@ -156,6 +156,7 @@ class CTCRecognizer(L.LightningModule):
             return self._decoder(log_probs, lengths)
         assert isinstance(self._decoder, BeamDecoder)
         nbest = self._decoder.nbest(log_probs, lengths)
+        greedy = greedy_decode(log_probs, lengths, self.vocab.tokens)
         return self._rescored(waves, log_probs, lengths, [[*n, g] for n, g in zip(nbest, greedy, strict=True)])
 
     def _rescored(self, waves: Any, log_probs: torch.Tensor, lengths: torch.Tensor,

@@ -23,9 +23,9 @@ from zoo.errors import ZooError
 
 from .text import normalize_for_scoring
 
+_TAGS = re.compile(r"\[[^\]]*\]|\([^)]*\)")  # tiny.en's sound annotations: [BLANK_AUDIO], (music), [Laughter]
 # No weights path: a checkpoint records these options, and reading one never opens a file it names (tiny.en is
 # the installed package's).
-_TAGS = re.compile(r"\[[^\]]*\]|\([^)]*\)")  # tiny.en's sound annotations: [BLANK_AUDIO], (music), [Laughter]
 KEYS = {"ctc_weight": float, "word_bonus": float, "whisper_hypothesis": bool}
 
 

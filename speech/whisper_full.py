@@ -6,7 +6,7 @@ joint rescoring (speech/rescore.py): tiny.en's own transcript, and its log-likel
 The CTranslate2 names are renamed onto transformers' WhisperForConditionalGeneration: the encoder by
 speech/whisper_weights.py's tested mapping (whose names are transformers' under `model.`), the decoder here (fused
 q,k,v self-attention, fused k,v cross-attention with no k bias, the output layer tied to the token embeddings).
-tests/speech/test_whisper_full.py transcribes eSpeak's speech with it, and fails with the cross-attention's k and v
+tests/speech/test_rescore.py transcribes eSpeak's speech with it, and fails with the cross-attention's k and v
 swapped.
 """
 
